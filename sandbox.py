@@ -1,0 +1,778 @@
+"""The only place model-written environment code runs.
+
+An environment is Python written by a model that is being trained. It may loop forever, allocate
+50 GB, fork, open sockets, delete files, read secrets, print megabytes, return garbage or crash the
+interpreter. The trainer must survive all of it, so environment code never runs in the trainer:
+
+    with EnvSandbox(code, timeout_s=30.0, memory_mb=1024) as env:   # one instance, one child process
+        obs, info = env.reset(seed=0)
+        obs, reward, terminated, truncated, info = env.step("\\boxed{open}")
+
+    validate_env(response_text).ok                                    # the designer's gate (METHOD 3.1)
+
+How. A fork server ("zygote") is started once per trainer process: a fresh interpreter that imports
+the standard-library modules environments use and numpy, then waits. Each EnvSandbox asks it to
+fork one child; the child isolates itself and serves requests over a socket pair with a compact
+framing (4-byte length + JSON; JSON, never pickle, because the parent must not unpickle what
+untrusted code wrote). Forking a warm interpreter costs milliseconds, not the ~50 ms of a new one.
+
+What each child gets (protected against):
+- a hard per-call deadline enforced by the parent: past it, the process group is SIGKILLed;
+- RLIMIT_AS = the zygote's address space (numpy included, ~140+ MB) + memory_mb; RLIMIT_CPU set
+  before every call to the CPU time used + the deadline + 1 s (so the parent's deadline fires
+  first); RLIMIT_FSIZE 16 MiB per file; RLIMIT_NOFILE 64; RLIMIT_NPROC 0, which forbids fork,
+  subprocess, os.system and also new threads; no core dumps;
+- an unprivileged uid of its own when the trainer is root (root ignores RLIMIT_NPROC; a uid per
+  sandbox also stops one sandbox signalling another, the zygote or the trainer, or reading their
+  /proc/<pid>/environ); its own session and process group;
+- no network: when the kernel allows (root, or unprivileged user namespaces), the zygote enters a
+  new network namespace with no interfaces, so even 127.0.0.1 is unreachable; otherwise a refusing
+  socket layer is installed in the child (which determined code can bypass via `_socket`).
+  `ISOLATION` says which one is active;
+- a private mount namespace where the kernel allows it, with a fresh tmpfs on /tmp and /dev/shm,
+  so nothing written there reaches the host; a fresh working directory per child, removed when it
+  is reaped; everything else outside it is writable only where the unprivileged uid could already
+  write (nowhere, on a normal install);
+- an environment with no secrets: the zygote starts with only a minimal PATH (plus thread-count
+  and hash-seed variables), so no API key of the trainer is ever inherited;
+- stdin/stdout/stderr on /dev/null (printing megabytes goes nowhere), replies capped at 1 MiB
+  (observation plus info) in the child and again in the parent, which never reads more;
+- the zygote exits and kills its children when the trainer dies (it sees its socket close).
+
+What it does NOT protect against: syscalls in general (no seccomp filter: a kernel exploit
+escapes), reading world-readable files (/etc, the code of this project), CPU side channels, using
+the whole CPU for up to the deadline, or disk/memory pressure on the tmpfs up to its size. Imports
+of modules that the zygote has not preloaded usually fail after the uid drop (the interpreter's
+own directory is not readable by other users): environments get the standard library names of
+METHOD.md 1.1, which is what the designer prompt allows.
+
+Every failure raises SandboxError with .kind in {"load", "contract", "timeout", "memory",
+"crash", "output"}; after it the child and its process group are dead and reaped and .alive is
+False. The agent turns it into an episode reward of -1 (METHOD.md 1.1); nothing here hides it.
+"""
+import ast
+import ctypes
+import itertools
+import json
+import math
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+MAX_REPLY_BYTES = 1 << 20          # observation + info, per reply
+MAX_ERROR_CHARS = 64 * 1024        # an environment's exception text is truncated to this
+MAX_ACTION_CHARS = 100_000         # METHOD 1.1: the action string is truncated to 100k chars
+PLAY_MAX_TURNS = 25                # METHOD 1.1: designed max_turns is capped at 25 at play time
+VALIDATION_PROBES = ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}")
+KINDS = ("load", "contract", "timeout", "memory", "crash", "output")
+
+# Modules the zygote imports before any child exists (after the uid drop, imports of anything else
+# usually fail). METHOD 1.1's namespace, what its names need, and what hostile code reaches for.
+PRELOAD = """abc array base64 bisect calendar cmath codecs collections collections.abc copy csv
+ctypes dataclasses datetime decimal difflib encodings.idna encodings.latin_1 encodings.ascii
+encodings.utf_16 encodings.utf_32 enum fractions functools graphlib hashlib heapq io itertools json
+math numbers operator pprint random re socket statistics string struct subprocess textwrap time
+traceback types typing unicodedata uuid warnings weakref zlib _strptime numpy""".split()
+
+
+class SandboxError(Exception):
+    """A failure of environment code or of its process. `.kind` is one of KINDS."""
+
+    def __init__(self, kind, message):
+        assert kind in KINDS, kind
+        super().__init__(f"[{kind}] {message}")
+        self.kind, self.message = kind, message
+
+
+# ---------------------------------------------------------------------------------------------
+# ToolUseBaseEnv: the base class tool-use environments subclass (METHOD.md 1.3). It is injected
+# into every environment's namespace (and importable as module `tool_use_base_env`).
+# ---------------------------------------------------------------------------------------------
+class ToolUseBaseEnv:
+    """Tools are `self._tools = {name: {"description", "parameters"}}` plus `tool_<name>` methods."""
+
+    def __init__(self, max_turns=10, **kwargs):
+        self.max_turns, self.turn_count = max_turns, 0
+        self._tools, self._state, self._call_history = {}, {}, []
+        self._expected_answer = None
+        self.reset()
+
+    def reset(self, seed=None):
+        raise NotImplementedError("a tool-use environment implements reset()")
+
+    def get_tools(self):
+        return [{"type": "function", "function": {"name": name, "description": spec.get("description", ""),
+                                                  "parameters": spec.get("parameters", {"type": "object", "properties": {}})}}
+                for name, spec in self._tools.items()]
+
+    def execute_tool(self, name, args):
+        method = getattr(self, f"tool_{name}", None)
+        if name not in self._tools or method is None:
+            return {"output": f"Error: unknown tool '{name}'. Available: {', '.join(self._tools)}", "returncode": 1}
+        self._call_history.append({"name": name, "arguments": args})
+        try:
+            return {"output": str(method(**(args or {}))), "returncode": 0}
+        except Exception as e:  # a bad call is the agent's mistake, reported to it, not an env crash
+            return {"output": f"Error: {type(e).__name__}: {e}", "returncode": 1}
+
+    def _check_answer(self, answer):
+        expected = str(self._expected_answer).strip()
+        if answer.strip().lower() == expected.lower():
+            return True
+        try:
+            num = lambda s: float(s.strip().replace("$", "").replace(",", ""))
+            return abs(num(answer) - num(expected)) <= 0.01
+        except ValueError:
+            return False
+
+    def _incorrect_answer_feedback(self):
+        messages, current = getattr(self, "_user_messages", None), getattr(self, "_current_msg", None)
+        if messages and current is not None and current < len(messages):
+            return f"Not done yet. The pending instruction is: {messages[current]}"
+        return "That answer is not correct. Keep working with the tools."
+
+    def step(self, action):
+        self.turn_count += 1
+        truncated = self.turn_count >= self.max_turns
+        reveal = lambda obs: obs + (f"\nSolution: {self.solution()}" if truncated and hasattr(self, "solution") else "")
+        answer = re.search(r"<answer>(.*?)</answer>", action, re.DOTALL)
+        if answer:
+            if self._check_answer(answer.group(1)):
+                return "Correct!", 1.0, True, False, {}
+            return reveal(self._incorrect_answer_feedback()), 0.0, False, truncated, {}
+        call = re.search(r"<tool_call>(.*?)</tool_call>", action, re.DOTALL)
+        if call:
+            try:
+                parsed = json.loads(call.group(1))
+                name, args = parsed["name"], parsed.get("arguments", parsed.get("parameters", {}))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return reveal("Error: the tool call is not valid JSON with a name."), -0.1, False, truncated, {}
+            if name not in self._tools:
+                return reveal(f"Unknown tool. Available tools: {', '.join(self._tools)}"), 0.0, False, truncated, {}
+            return reveal("Tool result: " + self.execute_tool(name, args)["output"]), 0.0, False, truncated, {}
+        return (reveal('Format error: call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call> '
+                       "or answer with <answer>...</answer>."), -0.1, False, truncated, {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Code extraction and repair (METHOD.md 1.1): first ```python block, f-string brace repair.
+# ---------------------------------------------------------------------------------------------
+def extract_code(text):
+    """The first ```python block of a response, else the whole text.
+
+    >>> extract_code("Here:\\n```python\\nx = 1\\n```\\nmore ```python\\ny\\n```")
+    'x = 1'
+    """
+    match = re.search(r"```python\n(.*?)\n```", text, re.DOTALL)
+    return match.group(1) if match else text
+
+
+def repair_braces(code, max_iterations=20):
+    """Double the braces of `{...}` that are not Python expressions on the line a SyntaxError names.
+
+    The common bug is an f-string that shows a command format: f"Reply \\boxed{move A 3}" is a
+    syntax error; after repair it is f"Reply \\boxed{{move A 3}}". `{name}` is left alone.
+    """
+    def is_expression(inner):  # `{x:.2f}` and `{x!r}` count: the part before ':' or '!' parses
+        for candidate in (inner, re.split(r"[!:]", inner)[0]):
+            try:
+                if candidate.strip():
+                    ast.parse(candidate.strip(), mode="eval")
+                    return True
+            except SyntaxError:
+                pass
+        return False
+
+    for _ in range(max_iterations):
+        try:
+            ast.parse(code)
+            return code
+        except SyntaxError as error:
+            lines = code.split("\n")
+            if not error.lineno or error.lineno > len(lines):
+                return code
+            line = lines[error.lineno - 1]
+            fixed = re.sub(r"(?<!\{)\{([^{}]*)\}(?!\})",
+                           lambda m: m.group(0) if is_expression(m.group(1)) else "{{" + m.group(1) + "}}", line)
+            if fixed == line:
+                return code
+            lines[error.lineno - 1] = fixed
+            code = "\n".join(lines)
+    return code
+
+
+# ---------------------------------------------------------------------------------------------
+# Child side: what runs inside the forked, isolated process.
+# ---------------------------------------------------------------------------------------------
+class _EnvError(Exception):
+    """Raised in the child to send one SandboxError kind back to the parent."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _describe(error):
+    """`Type: message (line N)` of an exception raised by environment code, never raising itself."""
+    try:
+        text = f"{type(error).__name__}: {error}"
+    except Exception:
+        text = f"{type(error).__name__}: <unprintable message>"
+    tb, line = error.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<environment>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return (text + (f" (line {line})" if line else ""))[:MAX_ERROR_CHARS]
+
+
+def _namespace():
+    """A fresh module namespace pre-populated as the official loader does (METHOD.md 1.1)."""
+    import collections, copy, functools, heapq, operator, random, statistics, string, typing
+    import numpy
+    ns = {"__name__": "environment", "__builtins__": __builtins__, "np": numpy, "numpy": numpy}
+    for module in (itertools, math, random, re, json, collections, functools, string, copy, heapq,
+                   operator, statistics):
+        ns[module.__name__] = module
+    for module, names in ((collections, "deque defaultdict Counter OrderedDict namedtuple"),
+                          (itertools, "combinations permutations product chain accumulate"),
+                          (functools, "reduce lru_cache"), (copy, "deepcopy"), (heapq, "heappush heappop"),
+                          (typing, "Tuple Dict List Optional Union Any Set FrozenSet Callable Iterable "
+                                   "Sequence Mapping")):
+        ns.update({name: getattr(module, name) for name in names.split()})
+    ns["ToolUseBaseEnv"] = ToolUseBaseEnv
+    return ns
+
+
+def _exec_env_code(code):
+    """Exec the code, find the environment class: the first `*Env` callable (METHOD.md 1.1)."""
+    import linecache, types
+    module = types.ModuleType("tool_use_base_env")
+    module.ToolUseBaseEnv = ToolUseBaseEnv
+    sys.modules["tool_use_base_env"] = module
+    linecache.cache["<environment>"] = (len(code), None, code.splitlines(True), "<environment>")
+    ns = _namespace()
+    try:
+        exec(compile(code, "<environment>", "exec"), ns)
+    except MemoryError:
+        raise
+    except BaseException as e:
+        raise _EnvError("load", _describe(e))
+    for name, obj in list(ns.items()):
+        if name.endswith("Env") and callable(obj) and name not in ("Env", "ToolUseBaseEnv"):
+            return obj
+    raise _EnvError("load", "no class whose name ends in 'Env' was defined")
+
+
+def _construct(cls, max_turns):
+    """`cls()`, falling back to `cls(max_turns=...)`; then cap max_turns (METHOD.md 1.1)."""
+    try:
+        try:
+            env = cls()
+        except TypeError:
+            env = cls(max_turns=max_turns)
+        designed = getattr(env, "max_turns", None)
+        if hasattr(env, "max_turns"):
+            ok = isinstance(designed, int) and not isinstance(designed, bool) and designed > 0
+            env.max_turns = min(designed, max_turns) if ok else max_turns
+    except MemoryError:
+        raise
+    except BaseException as e:
+        raise _EnvError("load", _describe(e))
+    for method in ("reset", "step"):
+        if not callable(getattr(env, method, None)):
+            raise _EnvError("load", f"the environment has no {method}() method")
+    return env
+
+
+def _plain_info(info):
+    """Keep JSON scalars of an info dict; drop the rest (the official wrapper drops non-numeric)."""
+    if not isinstance(info, dict):
+        return {}
+    return {str.__str__(k): v if type(v) is not str else str.__str__(v) for k, v in dict.items(info)
+            if isinstance(k, str) and (v is None or type(v) in (bool, int, str)
+                                       or (type(v) is float and math.isfinite(v)))}
+
+
+def _as_observation(obs, where):
+    if not isinstance(obs, str):
+        raise _EnvError("contract", f"{where} must return a str observation, got {type(obs).__name__}")
+    return str.__str__(obs)  # an exact str, whatever subclass came back
+
+
+def _play_reset(env, seed):
+    result = env.reset(seed=seed)
+    if isinstance(result, str):
+        return [_as_observation(result, "reset()"), {}]
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise _EnvError("contract", "reset() must return (observation, info)")
+    return [_as_observation(result[0], "reset()"), _plain_info(result[1])]
+
+
+def _play_step(env, action):
+    result = env.step(str(action)[:MAX_ACTION_CHARS])
+    if not isinstance(result, tuple) or len(result) != 5:
+        got = f"a tuple of length {len(result)}" if isinstance(result, tuple) else type(result).__name__
+        raise _EnvError("contract", f"step() must return a 5-tuple (obs, reward, terminated, truncated, info), got {got}")
+    obs, reward, terminated, truncated, info = result
+    try:
+        reward = float(reward)
+    except (TypeError, ValueError):
+        raise _EnvError("contract", f"step() reward must be a number, got {type(reward).__name__}")
+    if not math.isfinite(reward):
+        raise _EnvError("contract", f"step() reward must be finite, got {reward}")
+    return [_as_observation(obs, "step()"), reward, bool(terminated), bool(truncated), _plain_info(info)]
+
+
+def _gate(code):
+    """The official validation gate (METHOD.md 3.1 step 2) plus determinism. Returns the stage
+    that failed (or "passed") and an error message. Runs inside one child, within one deadline."""
+    def fail(stage, message):
+        raise _EnvError("contract", json.dumps([stage, message]))
+
+    try:
+        cls = _exec_env_code(code)
+    except _EnvError as e:
+        fail("exec" if "no class" not in str(e) else "class", str(e))
+    name = getattr(cls, "__name__", "?")
+
+    def construct():
+        try:
+            try:
+                return cls(max_turns=1000)  # the gate's construction (METHOD 3.1 b)
+            except TypeError:
+                return cls()
+        except Exception as e:
+            fail("construct", _describe(e))
+
+    def reset(env, seed, stage):
+        try:
+            result = env.reset(seed=seed)
+        except Exception as e:
+            fail(stage, _describe(e))
+        obs = result[0] if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict) else result
+        if not isinstance(obs, str) or not obs.strip():
+            fail(stage, f"reset(seed={seed}) must return (non-empty str, dict) or a non-empty str")
+        return obs
+
+    env = construct()
+    for method in ("reset", "step"):
+        if not callable(getattr(env, method, None)):
+            fail("interface", f"{name} has no {method}() method")
+    first = reset(env, 42, "reset")
+    for probe in VALIDATION_PROBES:
+        try:
+            result = env.step(probe)
+        except Exception as e:
+            fail("step", f"step({probe!r}) raised {_describe(e)}")
+        types_ok = (isinstance(result, tuple) and len(result) == 5 and isinstance(result[0], str)
+                    and isinstance(result[1], (int, float)) and type(result[2]) is bool
+                    and type(result[3]) is bool and isinstance(result[4], dict))
+        if not types_ok:
+            fail("step", f"step({probe!r}) must return (str, int|float, bool, bool, dict), got {result!r:.300}")
+        if not (math.isfinite(result[1]) and -10 <= result[1] <= 10):
+            fail("step", f"step({probe!r}) reward {result[1]} is outside [-10, 10]")
+        if result[2] or result[3]:
+            break
+    reset(env, 123, "reseed")
+    if reset(construct(), 42, "determinism") != first:
+        fail("determinism", "two fresh instances reset with seed 42 gave different first observations")
+    if isinstance(env, ToolUseBaseEnv):
+        _criteria_gate(cls, fail)
+    return name
+
+
+def _criteria_gate(cls, fail):
+    """Tool use (METHOD 3.1 step 3): reject iff at every evaluable seed some criterion raises."""
+    evaluable, raising = 0, []
+    for seed in (0, 1, 2):
+        try:
+            env = cls()
+            env.reset(seed=seed)
+        except Exception as e:
+            fail("criteria", f"reset(seed={seed}) raised {_describe(e)}")
+        criteria, state = getattr(env, "_message_criteria", None), getattr(env, "_state", None)
+        if criteria is None or state is None:
+            continue
+        evaluable += 1
+        for criterion in criteria:
+            try:
+                criterion(state)
+            except Exception as e:
+                raising.append(f"seed {seed}: {_describe(e)}")
+                break
+    if evaluable and len(raising) == evaluable:
+        fail("criteria", "a success criterion raises on the initial state at every seed: " + "; ".join(raising))
+
+
+def _serve(sock, max_turns):
+    """The child's request loop: one request in, one reply out, until the parent kills us."""
+    env = None
+    handlers = {
+        "load": lambda req: _load(req, max_turns),
+        "reset": lambda req: _play_reset(env, req.get("seed")),
+        "step": lambda req: _play_step(env, req["action"]),
+        "tools": lambda req: json.loads(json.dumps(env.get_tools())) if hasattr(env, "get_tools") else [],
+        "call_tool": lambda req: str(env.execute_tool(req["name"], req["arguments"]).get("output", "")),
+        "validate": lambda req: _gate(req["code"]),
+    }
+    while True:
+        request = _recv(sock, float("inf"))
+        reserve = bytearray(1 << 20)  # released on MemoryError so that the reply can be built
+        try:
+            _set_cpu_limit(request.get("timeout_s", 30.0))
+            value = handlers[request["op"]](request)
+            if request["op"] == "load":
+                env, value = value
+            reply = {"ok": True, "value": value}
+        except _EnvError as e:
+            reply = {"ok": False, "kind": e.kind, "error": str(e)}
+        except MemoryError:
+            del reserve
+            reply = {"ok": False, "kind": "memory", "error": "the environment ran out of memory (RLIMIT_AS)"}
+        except BaseException as e:  # SystemExit, KeyboardInterrupt, ... raised by environment code
+            reply = {"ok": False, "kind": "load" if request["op"] == "load" else "contract", "error": _describe(e)}
+        try:
+            data = json.dumps(reply).encode()
+        except (TypeError, ValueError) as e:
+            data = json.dumps({"ok": False, "kind": "contract", "error": f"unserialisable reply: {e}"}).encode()
+        except MemoryError:  # e.g. a 100 MB observation in a small memory limit
+            data = json.dumps({"ok": False, "kind": "output", "error": "the reply is too large to serialise"}).encode()
+        if len(data) > MAX_REPLY_BYTES:
+            data = json.dumps({"ok": False, "kind": "output",
+                               "error": f"reply of {len(data)} bytes exceeds the {MAX_REPLY_BYTES}-byte cap"}).encode()
+        sock.sendall(struct.pack(">I", len(data)) + data)
+
+
+def _load(request, max_turns):
+    cls = _exec_env_code(request["code"])
+    return _construct(cls, max_turns), getattr(cls, "__name__", "?")
+
+
+def _set_cpu_limit(timeout_s):
+    import resource
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    budget = int(used.ru_utime + used.ru_stime + timeout_s) + 2   # above the parent's deadline
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    resource.setrlimit(resource.RLIMIT_CPU, (min(budget, hard), hard))
+
+
+def _recv(sock, deadline, limit=MAX_REPLY_BYTES + 4096):
+    """One framed JSON message. Raises TimeoutError past `deadline` (time.monotonic()),
+    EOFError when the peer is gone, ValueError for an oversized or malformed frame."""
+    def read(n):
+        buffer = bytearray()
+        while len(buffer) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([sock], [], [], min(remaining, 3600))[0]:
+                raise TimeoutError
+            chunk = sock.recv(min(n - len(buffer), 1 << 20))
+            if not chunk:
+                raise EOFError
+            buffer += chunk
+        return bytes(buffer)
+
+    (size,) = struct.unpack(">I", read(4))
+    if size > limit:
+        raise ValueError(f"a reply of {size} bytes exceeds the {MAX_REPLY_BYTES}-byte cap")
+    return json.loads(read(size))
+
+
+# ---------------------------------------------------------------------------------------------
+# The zygote: a warm interpreter that forks one isolated child per sandbox.
+# ---------------------------------------------------------------------------------------------
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+PR_SET_PDEATHSIG, MS_REC, MS_PRIVATE = 1, 16384, 1 << 18
+
+
+def _isolate_zygote():
+    """Enter new network (and mount) namespaces where the kernel allows; return what we got."""
+    if os.getuid() == 0 and _libc.unshare(CLONE_NEWNET | CLONE_NEWNS) == 0:
+        _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None)
+        for path in (b"/tmp", b"/dev/shm"):
+            _libc.mount(b"tmpfs", path, b"tmpfs", 0, b"size=256m,mode=1777")
+        return "network+mount namespaces"
+    if os.getuid() != 0 and _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+        return "network namespace (user namespace)"
+    return "socket layer"
+
+
+def _refuse_sockets():
+    """The fallback when no network namespace could be made: connecting and binding refuse."""
+    def refuse(*args, **kwargs):
+        raise PermissionError("network access is disabled in the sandbox")
+    for name in ("connect", "connect_ex", "bind", "sendto"):
+        setattr(socket.socket, name, refuse)
+    socket.create_connection = socket.getaddrinfo = refuse
+
+
+def _child_setup(sock, uid, memory_mb, workdir, isolation):
+    """In the freshly forked child, as root: limits, identity, directory, then drop privileges."""
+    import resource
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
+    vm_bytes = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limits = {resource.RLIMIT_AS: vm_bytes + memory_mb * 2**20, resource.RLIMIT_FSIZE: 16 * 2**20,
+              resource.RLIMIT_NOFILE: 64, resource.RLIMIT_NPROC: 0, resource.RLIMIT_CORE: 0}
+    for limit, value in limits.items():
+        resource.setrlimit(limit, (value, value))
+    resource.setrlimit(resource.RLIMIT_CPU, (3600, 3600))
+    if os.getuid() == 0:
+        os.chown(workdir, uid, uid)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)    # dies with the zygote (after setuid: it resets)
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update(PATH="/usr/bin:/bin", HOME=workdir, TMPDIR=workdir)
+    if isolation == "socket layer":
+        _refuse_sockets()
+
+
+def _zygote_main(control_fd):
+    """Serve spawn/reap requests from the trainer until its socket closes."""
+    for name in PRELOAD:
+        __import__(name)
+    isolation = _isolate_zygote()
+    control = socket.socket(fileno=control_fd)
+    children = {}                                     # pid -> working directory
+    control.send(json.dumps({"isolation": isolation}).encode())
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 65536, 1)
+        except OSError:
+            message = b""
+        if not message:                               # the trainer is gone: take everything down
+            for pid in children:
+                _kill_group(pid)
+            os._exit(0)
+        request = json.loads(message)
+        if request["op"] == "spawn":
+            workdir = tempfile.mkdtemp(prefix="spade-env-")
+            pid = os.fork()
+            if pid == 0:
+                control.close()
+                child = socket.socket(fileno=fds[0])
+                try:
+                    _child_setup(child, request["uid"], request["memory_mb"], workdir, isolation)
+                    _serve(child, request["max_turns"])
+                finally:
+                    os._exit(70)
+            os.close(fds[0])
+            children[pid] = workdir
+            control.send(json.dumps({"pid": pid}).encode())
+        elif request["op"] == "reap":
+            pid = request["pid"]
+            _kill_group(pid)
+            _, status = os.waitpid(pid, 0)
+            shutil.rmtree(children.pop(pid), ignore_errors=True)
+            control.send(json.dumps({"status": status}).encode())
+
+
+def _kill_group(pid):
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class _Zygote:
+    """The trainer's handle on its fork server (one per trainer process, started lazily)."""
+    _instance, _lock = None, threading.Lock()
+    _uids = itertools.count()
+
+    def __init__(self):
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # one fd per live sandbox
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1",
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-u", os.path.abspath(__file__), "--zygote", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, cwd="/")
+        theirs.close()
+        self.control, self.owner = ours, os.getpid()
+        self.isolation = json.loads(self._reply(timeout=60))["isolation"]
+
+    @classmethod
+    def get(cls):
+        with cls._lock:
+            z = cls._instance
+            if z is None or z.owner != os.getpid() or z.process.poll() is not None:
+                cls._instance = z = cls()
+            return z
+
+    def _reply(self, timeout=30):
+        if not select.select([self.control], [], [], timeout)[0]:
+            raise RuntimeError("the sandbox fork server did not answer")
+        data = self.control.recv(65536)
+        if not data:
+            raise RuntimeError(f"the sandbox fork server died (exit code {self.process.poll()})")
+        return data
+
+    def spawn(self, child_end, memory_mb, max_turns):
+        uid = 100_000 + next(self._uids) % 60_000   # a uid per sandbox: they cannot signal each other
+        request = {"op": "spawn", "uid": uid, "memory_mb": memory_mb, "max_turns": max_turns}
+        with self._lock:
+            socket.send_fds(self.control, [json.dumps(request).encode()], [child_end.fileno()])
+            return json.loads(self._reply())["pid"]
+
+    def reap(self, pid):
+        with self._lock:
+            self.control.send(json.dumps({"op": "reap", "pid": pid}).encode())
+            return json.loads(self._reply())["status"]
+
+
+def isolation():
+    """How children are cut off from the network here (starts the fork server if needed)."""
+    return _Zygote.get().isolation
+
+
+class EnvSandbox:
+    """One environment instance in its own isolated child process, for one episode."""
+
+    def __init__(self, code, *, timeout_s=30.0, memory_mb=1024, max_turns=PLAY_MAX_TURNS):
+        self.timeout_s, self.pid, self.alive, self.class_name = timeout_s, None, False, None
+        ours, theirs = socket.socketpair()
+        try:
+            self._zygote = _Zygote.get()
+            self.pid = self._zygote.spawn(theirs, memory_mb, max_turns)
+        finally:
+            theirs.close()
+        self._sock, self.alive = ours, True
+        if code is not None:
+            self.class_name = self._call("load", code=code)
+
+    def _call(self, op, **request):
+        """Send one request; return its value or raise SandboxError (killing the child)."""
+        if not self.alive:
+            raise SandboxError("crash", "this sandbox is closed (it failed before, or close() was called)")
+        timeout_s = request.pop("timeout_s", self.timeout_s)
+        try:
+            self._sock.sendall(_frame({"op": op, "timeout_s": timeout_s, **request}))
+            reply = _recv(self._sock, time.monotonic() + timeout_s)
+        except TimeoutError:
+            self._fail("timeout", f"{op} did not finish within {timeout_s:g} s")
+        except (EOFError, ConnectionError):
+            status = self._shutdown()
+            self._fail(*_death_reason(status, op))
+        except ValueError as e:                                     # oversized or malformed frame
+            self._fail("output", f"{op}: {e}")
+        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            self._fail("output", f"{op}: malformed reply from the child")
+        if not reply["ok"]:
+            kind = reply.get("kind") if reply.get("kind") in KINDS else "output"
+            self._fail(kind, str(reply.get("error", ""))[:MAX_ERROR_CHARS])
+        return reply.get("value")
+
+    def _fail(self, kind, message):
+        self._shutdown()
+        raise SandboxError(kind, message)
+
+    def _shutdown(self):
+        """Kill the child's process group, reap it (no zombies), remove its directory."""
+        status = None
+        if self.pid is not None and self.alive:
+            self.alive = False
+            self._sock.close()
+            try:
+                status = self._zygote.reap(self.pid)
+            except (RuntimeError, OSError):
+                _kill_group(self.pid)  # the fork server died: its children died with it
+        return status
+
+    def reset(self, seed=None):
+        obs, info = self._call("reset", seed=seed)
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self._call("step", action=str(action)[:MAX_ACTION_CHARS])
+        return obs, reward, terminated, truncated, info
+
+    def tools(self):
+        return self._call("tools")
+
+    def call_tool(self, name, arguments):
+        return self._call("call_tool", name=str(name), arguments=arguments if isinstance(arguments, dict) else {})
+
+    def close(self):
+        self._shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "alive", False):
+            self.close()
+
+
+def _frame(message):
+    data = json.dumps(message).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+def _death_reason(status, op):
+    """Why the child died without replying: (kind, message) from its wait status."""
+    if status is None:
+        return "crash", f"the environment process died during {op}"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGXCPU:
+            return "timeout", f"{op} exceeded its CPU time limit"
+        return "crash", f"the environment process was killed by {signal.Signals(sig).name} during {op}"
+    return "crash", f"the environment process exited with status {os.WEXITSTATUS(status)} during {op}"
+
+
+@dataclass
+class Validation:
+    ok: bool
+    stage: str          # "passed", or where it failed: syntax exec class construct interface reset
+    error: str          # step reseed determinism criteria timeout memory crash output runtime
+    class_name: str
+    code: str           # after extraction and brace repair
+
+
+def validate_env(code, *, timeout_s=60.0, memory_mb=1024):
+    """The designer's gate: extraction, repair, then METHOD.md 3.1 in a sandbox (plus determinism)."""
+    code = repair_braces(extract_code(code))
+    try:
+        ast.parse(code)
+    except SyntaxError as e:
+        return Validation(False, "syntax", f"SyntaxError: {e.msg} (line {e.lineno})", "", code)
+    try:
+        with EnvSandbox(None, timeout_s=timeout_s, memory_mb=memory_mb) as box:
+            name = box._call("validate", code=code, timeout_s=timeout_s)
+        return Validation(True, "passed", "", name, code)
+    except SandboxError as e:
+        if e.kind == "contract":
+            try:
+                stage, message = json.loads(e.message)
+                return Validation(False, stage, message, "", code)
+            except (ValueError, TypeError):
+                return Validation(False, "runtime", e.message, "", code)
+        return Validation(False, e.kind, e.message, "", code)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--zygote"]:
+    _zygote_main(int(sys.argv[2]))

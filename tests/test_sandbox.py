@@ -1,0 +1,424 @@
+"""Attacks on sandbox.py: one hostile property per test, then the happy paths.
+
+Every hostile test asserts the exact SandboxError.kind, that the error arrived within
+timeout_s + 2 seconds, that no child process is left behind, and that a fresh sandbox works
+right after (the `attack` helper does all four).
+"""
+import os
+import pathlib
+import re
+import socket
+import textwrap
+import time
+
+import pytest
+
+import sandbox
+from sandbox import EnvSandbox, SandboxError, extract_code, repair_braces, validate_env
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "examples"
+TIMEOUT = 1.5
+
+
+def env_code(reset="return 'ready', {}", step="return 'ok', 0.0, False, False, {}", top="", init="pass"):
+    """An environment whose __init__/reset/step bodies (and module top) are the given snippets."""
+    indent = lambda body: textwrap.indent(textwrap.dedent(body).strip(), " " * 8)
+    return (f"import os, sys, time, math, json, random\n{textwrap.dedent(top).strip()}\n\n"
+            f"class HostileEnv:\n    def __init__(self, max_turns=10, **kwargs):\n{indent(init)}\n\n"
+            f"    def reset(self, seed=None):\n{indent(reset)}\n\n"
+            f"    def step(self, action):\n{indent(step)}\n")
+
+
+def zygote_children():
+    """Pids whose parent is the fork server (its live or zombie children)."""
+    zygote = sandbox._Zygote.get().process.pid
+    pids = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == zygote:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def attack(code, kind, op="step", timeout_s=TIMEOUT, memory_mb=256, bystanders=()):
+    """Run `code` until `op` fails; check the kind, the time, the cleanup and recovery."""
+    start = time.monotonic()
+    box = None
+    with pytest.raises(SandboxError) as caught:
+        box = EnvSandbox(code, timeout_s=timeout_s, memory_mb=memory_mb)
+        box.reset(seed=0)
+        box.step("\\boxed{go}")
+    elapsed = time.monotonic() - start
+    assert caught.value.kind == kind, caught.value.message
+    assert elapsed < timeout_s + 2, f"took {elapsed:.1f} s"
+    if box is not None:
+        assert not box.alive
+        assert not os.path.exists(f"/proc/{box.pid}")
+    assert set(zygote_children()) == set(bystanders)
+    with EnvSandbox(env_code()) as fresh:
+        assert fresh.reset() == ("ready", {})
+    return caught.value
+
+
+# --- deadlines -----------------------------------------------------------------------------
+def test_infinite_loop_at_import():
+    attack(env_code(top="while True: pass"), "timeout")
+
+
+def test_infinite_loop_in_init():
+    attack(env_code(init="while True: pass"), "timeout")
+
+
+def test_infinite_loop_in_reset():
+    attack(env_code(reset="while True: pass"), "timeout")
+
+
+def test_infinite_loop_in_step():
+    attack(env_code(step="while True: pass"), "timeout")
+
+
+def test_sleeping_step_is_a_timeout():
+    attack(env_code(step="time.sleep(60)"), "timeout")
+
+
+def test_sigterm_ignored_does_not_help():
+    attack(env_code(step="import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: pass"), "timeout")
+
+
+def test_exception_whose_message_hangs():
+    attack(env_code(top="class Evil(Exception):\n    def __str__(self):\n        while True: pass",
+                    step="raise Evil()"), "timeout")
+
+
+def test_stdout_flood_goes_nowhere(capfd):
+    attack(env_code(step="while True:\n    print('x' * 65536)\n    sys.stderr.write('y' * 65536)"), "timeout")
+    out, err = capfd.readouterr()
+    assert "xxxx" not in out and "yyyy" not in err
+
+
+# --- memory --------------------------------------------------------------------------------
+def test_memory_bomb_single_allocation():
+    attack(env_code(step="x = bytearray(50 * 2**30)"), "memory")
+
+
+def test_memory_bomb_gradual():
+    attack(env_code(init="self.hoard = []", step="while True: self.hoard.append(bytearray(8 * 2**20))"), "memory")
+
+
+def test_numpy_memory_bomb():
+    attack(env_code(step="import numpy\nnumpy.ones((1 << 16, 1 << 16))"), "memory")
+
+
+def test_memory_within_limit_is_fine():
+    code = env_code(step="import numpy\nx = numpy.ones(20 * 2**20 // 8)\nreturn str(x.sum()), 1.0, True, False, {}")
+    with EnvSandbox(code, memory_mb=256) as box:
+        box.reset()
+        assert box.step("go")[:3] == (str(float(20 * 2**20 // 8)), 1.0, True)
+
+
+# --- processes and signals -----------------------------------------------------------------
+def test_fork_bomb():
+    attack(env_code(step="while True: os.fork()"), "contract")
+
+
+def test_subprocess():
+    error = attack(env_code(step="import subprocess\nsubprocess.run(['true'])"), "contract")
+    assert "Resource temporarily unavailable" in error.message or "Errno" in error.message
+
+
+def test_os_system_starts_nothing(tmp_path):
+    code = env_code(step="assert os.system('true') == 0, 'os.system failed'")
+    assert "os.system failed" in attack(code, "contract").message
+
+
+def test_thread_cannot_start():
+    attack(env_code(step="import threading\nthreading.Thread(target=lambda: time.sleep(100)).start()"), "contract")
+
+
+def test_kill_parent_is_refused():
+    attack(env_code(step="os.kill(os.getppid(), 9)"), "contract")
+    assert sandbox._Zygote.get().process.poll() is None
+
+
+def test_kill_trainer_is_refused():
+    attack(env_code(step=f"os.kill({os.getpid()}, 9)"), "contract")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="uid separation needs root")
+def test_one_sandbox_cannot_kill_another():
+    with EnvSandbox(env_code()) as victim:
+        attack(env_code(step=f"os.kill({victim.pid}, 9)"), "contract", bystanders=[victim.pid])
+        assert victim.reset() == ("ready", {})
+
+
+def test_sys_exit_in_step():
+    attack(env_code(step="sys.exit(0)"), "contract")
+
+
+def test_os_exit_in_step():
+    assert "status 3" in attack(env_code(step="os._exit(3)"), "crash").message
+
+
+def test_segfault_via_ctypes():
+    assert "SIGSEGV" in attack(env_code(step="import ctypes\nctypes.string_at(0)"), "crash").message
+
+
+def test_recursion_bomb():
+    attack(env_code(top="def f(n):\n    return f(n + 1)", step="f(0)"), "contract")
+
+
+def test_stack_overflow_with_raised_recursion_limit():
+    deep = "sys.setrecursionlimit(10**8)\nx = []\nfor _ in range(3 * 10**5):\n    x = [x]\nrepr(x)"
+    attack(env_code(step=deep), "crash", timeout_s=5)
+
+
+def test_raising_own_limits_is_refused():
+    attack(env_code(step="import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))"), "contract")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="privilege drop happens only under root")
+def test_cannot_become_root_again():
+    attack(env_code(step="os.setuid(0)"), "contract")
+
+
+def test_del_that_hangs_does_not_block_close():
+    code = env_code(init="self.me = self", top="", step="return 'ok', 0.0, False, False, {}").replace(
+        "class HostileEnv:", "class HostileEnv:\n    def __del__(self):\n        while True: pass\n")
+    box = EnvSandbox(code, timeout_s=TIMEOUT)
+    box.reset()
+    start = time.monotonic()
+    box.close()
+    assert time.monotonic() - start < 1 and not box.alive and zygote_children() == []
+
+
+# --- network, files, secrets ---------------------------------------------------------------
+def test_socket_connect_to_localhost():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    attack(env_code(step=f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)"), "contract")
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    listener.close()
+
+
+def test_write_outside_working_directory(tmp_path):
+    target = tmp_path / "escaped.txt"
+    attack(env_code(step=f"open({str(target)!r}, 'w').write('pwned')"), "contract")
+    assert not target.exists()
+
+
+def test_delete_project_files_is_refused():
+    here = pathlib.Path(__file__).resolve()
+    attack(env_code(step=f"os.remove({str(here)!r})"), "contract")
+    assert here.exists()
+
+
+def test_working_directory_is_private_and_removed():
+    code = env_code(reset="open('notes.txt', 'w').write('x')\nreturn os.getcwd(), {}")
+    with EnvSandbox(code) as box:
+        workdir, _ = box.reset()
+    assert os.listdir(os.path.dirname(workdir)) if os.path.exists(os.path.dirname(workdir)) else True
+    assert not os.path.exists(workdir) or sandbox.isolation().startswith("network+mount")
+
+
+def test_file_size_limit():
+    attack(env_code(step="open('big', 'wb').write(b'x' * (64 * 2**20))"), "contract")
+
+
+def test_secrets_are_not_inherited(monkeypatch):
+    monkeypatch.setenv("SPADE_FAKE_API_KEY", "sk-test-secret-123")
+    code = env_code(reset=f"""
+        seen = json.dumps(dict(os.environ))
+        try:
+            seen += open('/proc/{os.getpid()}/environ').read()
+        except OSError:
+            pass
+        return seen, {{}}""")
+    with EnvSandbox(code) as box:
+        observation, _ = box.reset()
+    assert "sk-test-secret-123" not in observation and "SPADE_FAKE_API_KEY" not in observation
+
+
+def test_stdin_is_empty():
+    attack(env_code(step="input('move? ')"), "contract")
+
+
+def test_closing_standard_fds_is_harmless():
+    code = env_code(step="for fd in (0, 1, 2):\n    os.close(fd)\nreturn 'still here', 0.0, False, False, {}")
+    with EnvSandbox(code) as box:
+        box.reset()
+        assert box.step("x")[0] == "still here"
+
+
+def test_import_of_heavy_module_fails_to_load():
+    attack(env_code(top="import torch"), "load", op="load")
+
+
+# --- what comes back -------------------------------------------------------------------------
+def test_huge_observation():
+    attack(env_code(step="return 'x' * (100 * 2**20), 0.0, False, False, {}"), "output")
+
+
+def test_huge_info():
+    attack(env_code(step="return 'ok', 0.0, False, False, {'blob': 'y' * (2 * 2**20)}"), "output")
+
+
+def test_garbage_written_to_the_reply_socket():
+    attack(env_code(step="""
+        import socket as s
+        for fd in range(3, 64):
+            try:
+                if s.socket(fileno=os.dup(fd)).type == s.SOCK_STREAM:
+                    os.write(fd, b'\\xff' * 16)
+            except OSError:
+                pass
+        time.sleep(5)"""), "output")
+
+
+def test_monkey_patched_serialiser():
+    attack(env_code(step="json.dumps = lambda *a, **k: 'not json at all'\nreturn 'ok', 0.0, False, False, {}"), "output")
+
+
+def test_non_string_observation():
+    attack(env_code(step="return 42, 0.0, False, False, {}"), "contract")
+
+
+def test_wrong_tuple_length():
+    assert "length 3" in attack(env_code(step="return 'ok', 0.0, False"), "contract").message
+
+
+def test_nan_reward():
+    attack(env_code(step="return 'ok', float('nan'), False, False, {}"), "contract")
+
+
+def test_inf_reward():
+    attack(env_code(step="return 'ok', float('inf'), True, False, {}"), "contract")
+
+
+def test_reward_that_is_not_a_number():
+    attack(env_code(step="return 'ok', 'lots', True, False, {}"), "contract")
+
+
+def test_huge_exception_message_is_truncated():
+    error = attack(env_code(step="raise ValueError('z' * (10 * 2**20))"), "contract")
+    assert len(error.message) <= sandbox.MAX_ERROR_CHARS + 64 and error.message.startswith("ValueError: zzz")
+
+
+def test_syntax_error_is_a_load_error():
+    attack("class BrokenEnv(:\n    pass\n", "load", op="load")
+
+
+def test_missing_env_class_is_a_load_error():
+    assert "Env" in attack("class Helper:\n    pass\n", "load", op="load").message
+
+
+def test_exception_in_init_is_a_load_error():
+    assert "ZeroDivisionError" in attack(env_code(init="1 / 0"), "load", op="load").message
+
+
+def test_play_time_coercion():
+    code = env_code(reset="return 'plain string'", step="import numpy\nreturn 'ok', numpy.float32(0.5), numpy.bool_(True), 0, {'n': 3, 'obj': object()}")
+    with EnvSandbox(code) as box:
+        assert box.reset() == ("plain string", {})
+        assert box.step("a") == ("ok", 0.5, True, False, {"n": 3})
+
+
+def test_max_turns_is_capped_at_25():
+    with EnvSandbox(env_code(init="self.max_turns = 1000", reset="return str(self.max_turns), {}")) as box:
+        assert box.reset()[0] == "25"
+
+
+def test_dead_sandbox_refuses_calls():
+    box = EnvSandbox(env_code(step="os._exit(1)"), timeout_s=TIMEOUT)
+    box.reset()
+    with pytest.raises(SandboxError):
+        box.step("x")
+    with pytest.raises(SandboxError, match="closed"):
+        box.reset()
+
+
+# --- extraction, repair and the validation gate ---------------------------------------------
+def test_extract_code_takes_the_first_block():
+    assert extract_code("text\n```python\na = 1\n```\n```python\nb = 2\n```") == "a = 1"
+    assert extract_code("no block here") == "no block here"
+
+
+def test_repair_braces_fixes_command_formats_only():
+    broken = 'x = 3\nmsg = f"Reply \\\\boxed{move A 3} at turn {x} with {x:.1f}"\n'
+    fixed = repair_braces(broken)
+    assert "{{move A 3}}" in fixed and "{x}" in fixed and "{x:.1f}" in fixed
+    compile(fixed, "<test>", "exec")
+    assert repair_braces("a = {1: 2}\n") == "a = {1: 2}\n"
+
+
+@pytest.mark.parametrize("name", ["vault_dial.py", "parcel_desk.py"])
+def test_examples_validate(name):
+    result = validate_env((EXAMPLES / name).read_text())
+    assert result.ok, (result.stage, result.error)
+    assert result.class_name.endswith("Env")
+
+
+def test_validation_accepts_a_designer_response_with_prose():
+    response = "Here is my game.\n```python\n" + (EXAMPLES / "vault_dial.py").read_text() + "\n```\nEnjoy!"
+    assert validate_env(response).ok
+
+
+@pytest.mark.parametrize("code, stage", [
+    ("class BrokenEnv(:\n  pass", "syntax"),
+    ("raise RuntimeError('boom')", "exec"),
+    ("x = 1", "class"),
+    (env_code(init="raise ValueError('no')"), "construct"),
+    (env_code(reset="return '', {}"), "reset"),
+    (env_code(step="return 'ok', 11.0, False, False, {}"), "step"),
+    (env_code(step="return 'ok', 0.0, 0, False, {}"), "step"),
+    (env_code(reset="if seed == 123:\n    raise KeyError(seed)\nreturn 'obs', {}"), "reseed"),
+    (env_code(reset="return 'obs %d' % random.randrange(10**9), {}"), "determinism"),
+    (env_code(step="while True: pass"), "timeout"),
+])
+def test_validation_rejects_at_the_right_stage(code, stage):
+    result = validate_env(code, timeout_s=TIMEOUT)
+    assert not result.ok and result.stage == stage, (result.stage, result.error)
+
+
+def test_validation_criteria_gate_for_tool_use():
+    code = (EXAMPLES / "parcel_desk.py").read_text().replace(
+        'lambda s: s["looked_up"] == t', 'lambda s: s["missing_key"] == t')
+    result = validate_env(code)
+    assert not result.ok and result.stage == "criteria", (result.stage, result.error)
+
+
+# --- happy paths: both examples play to a win --------------------------------------------------
+def test_vault_dial_plays_to_a_win():
+    with EnvSandbox((EXAMPLES / "vault_dial.py").read_text()) as box:
+        box.reset(seed=7)
+        code = []
+        for dial in "ABC":                                   # binary search on each dial
+            low, high = 0, 9
+            while True:
+                guess = (low + high) // 2
+                obs = box.step(f"\\boxed{{probe {dial} {guess}}}")[0]
+                if "correct" in obs:
+                    break
+                low, high = (guess + 1, high) if "higher" in obs else (low, guess - 1)
+        obs, reward, terminated, truncated, _ = box.step("\\boxed{open}")
+    assert (reward, terminated, truncated) == (1.0, True, False), obs
+
+
+def test_parcel_desk_plays_to_a_win():
+    with EnvSandbox((EXAMPLES / "parcel_desk.py").read_text()) as box:
+        first, _ = box.reset(seed=3)
+        assert {tool["function"]["name"] for tool in box.tools()} >= {"find_parcel", "reroute", "set_status"}
+        recipient = re.search(r"waiting for (\w+)", first).group(1)
+        out = box.call_tool("find_parcel", {"recipient": recipient})
+        parcel = re.match(r"(P\d+)", out).group(1)
+        hub = re.search(r"to the (\w+) hub", out).group(1)
+        box.call_tool("reroute", {"parcel_id": parcel, "hub": hub})
+        assert "ALL STEPS COMPLETE" in box.call_tool("set_status", {"parcel_id": parcel, "status": "released"})
+        assert "Error" in box.call_tool("no_such_tool", {})
+        assert box.step("<answer>done</answer>")[1:3] == (1.0, True)
