@@ -1,0 +1,449 @@
+"""The Environment Designer: grounding corpus, environment memory, designer prompts, design(), hints.
+
+The designer is the shared policy in its second role: it reads a prompt (a skill, a difficulty, a
+corpus document and a few past environments from memory) and writes a whole environment as Python.
+
+    corpus = load_corpus("docs.jsonl", max_words=6000)        # or builtin_corpus(): stdlib docs
+    memory = EnvMemory("runs/x/env_memory.json")              # loads the file if it exists
+    if not memory.records: memory.seed_from(load_pool("envs"))
+    slots = slots_for_epoch(list(GAME_SKILLS), epoch=0, k=3, num_envs=24)
+    envs, samples, stats = design(engine, tokenizer, slots, corpus=corpus, memory=memory,
+                                  setting="games", params=params, rng=rng, rollout_id=0)
+    hints = write_hints(engine, tokenizer, envs, "games", hint_params)   # T 0.3, top_p 0.9
+
+Sources in METHOD.md: corpus 9; memory 8 and 2.2; prompts 1.2, 1.3, 2 (texts and per-skill ideas in
+prompts.py, our own words); skill schedule 2.2; up to 5 validated attempts per slot, each with a fresh
+document and memory sample, failures never trained 3.1 and 3.4; the sample = prompt tokens (mask 0) +
+response tokens (mask 1, their log-probs) 2.3; hints (mode "self") 5.
+
+Where we differ from the official code (METHOD.md 13.3 and around it):
+- No global `random`: ideas, tool-use domain/variant and memory samples use the caller's `rng`; the
+  corpus keeps its own `random.Random(seed)` (42, as officially).
+- The no-corpus prompt asks for a private `random.Random(seed)`, not `random.seed(seed)` (13.3).
+- Designer and hint prompts use `enable_thinking=False` in every setting, which is what the paper's
+  corpus runs effectively did (2.1); templates without the switch ignore it.
+- Validation runs in the sandbox (an isolated child, plus a determinism check), not in the trainer.
+- The accepted code is the extracted, brace-repaired code, without the one-line module docstring the
+  official code prepended to its saved files.
+- Hints: <think>...</think> blocks are removed (a reasoning trace can state the answer); no retries
+  (the engine is in-process); an empty hint is kept, and regret then measures an unhelpful hint.
+- Memory seeds from envs/ get neutral stats (win rate 0.5, regret 0.0, rollout_id -1): in the
+  positive band but below any real environment with positive regret, which soon replaces them.
+Not done here: the LLM solvability audit of tool-use environments (3.1 step 4), repair turns and the
+self-judge (off in the paper's launchers), top-up generation for missing slots.
+"""
+import importlib
+import inspect
+import json
+import os
+import random
+import re
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import prompts
+from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
+from sandbox import validate_env
+
+SETTINGS = ("games", "tool_use")
+SNIPPET_CHARS = 2000                  # METHOD 8: memory keeps the first 2000 characters of the code
+BUILTIN_MODULES = ("math cmath statistics fractions decimal heapq bisect graphlib itertools functools "
+                   "operator random collections string textwrap difflib calendar datetime re json "
+                   "array queue sched zlib").split()
+
+
+# --- Corpus (METHOD 9) ---------------------------------------------------------------------------
+
+def truncate_words(text: str, max_words: int) -> str:
+    """Keep the first `max_words` whitespace-separated words (joined by single spaces) and mark it.
+
+    >>> truncate_words("a  b\\nc d", 3)
+    'a b c\\n[Document truncated at ~3 words]'
+    >>> truncate_words("a  b", 3)              # short documents are kept verbatim
+    'a  b'
+    """
+    words = text.split()
+    if len(words) <= max_words:
+        return text
+    return " ".join(words[:max_words]) + f"\n[Document truncated at ~{max_words} words]"
+
+
+@dataclass
+class Corpus:
+    """Grounding documents and the seeded sampler that draws one per designer attempt."""
+    docs: list[str]
+    doc_ids: list[str]
+    seed: int = 42
+    num_skipped: int = 0                  # lines of the file that were blank, not JSON or had no text
+
+    def __post_init__(self):
+        assert self.docs and len(self.docs) == len(self.doc_ids), "a corpus needs documents and ids"
+        self._rng = random.Random(self.seed)
+
+    def sample(self) -> tuple[str, str]:
+        """(doc_id, text) drawn uniformly; independent draws, i.e. with replacement across calls."""
+        i = self._rng.randrange(len(self.docs))
+        return self.doc_ids[i], self.docs[i]
+
+
+def _corpus_record(line: str) -> dict | None:
+    """The JSON object of a corpus line with a non-empty `orig_doc` (preferred) or `text`, or None."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    text = record.get("orig_doc") or record.get("text")
+    return record if isinstance(text, str) and text.strip() else None
+
+
+def load_corpus(path, max_words: int, *, seed: int = 42) -> Corpus:
+    """Documents of a JSONL file (`orig_doc` or `text`; other keys are metadata never shown), each
+    truncated to `max_words` words (6000 games, 4000 tool use). Bad lines are skipped and counted."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file not found: {path} (expected JSONL with 'orig_doc' or 'text')")
+    docs, doc_ids, skipped = [], [], 0
+    with open(path, encoding="utf-8", errors="replace") as lines:     # streamed: corpora can be large
+        for line_number, line in enumerate(lines, 1):
+            record = _corpus_record(line)
+            if record is None:
+                skipped += 1
+                continue
+            docs.append(truncate_words(record.get("orig_doc") or record["text"], max_words))
+            doc_ids.append(str(record.get("id") or record.get("doc_id") or f"{path.stem}:{line_number}"))
+    if not docs:
+        raise ValueError(f"corpus {path} has no usable documents ({skipped} lines skipped: blank, "
+                         "not a JSON object, or without a non-empty 'orig_doc'/'text')")
+    print(f"corpus: {len(docs)} documents from {path} ({skipped} lines skipped)")
+    return Corpus(docs, doc_ids, seed, skipped)
+
+
+def _module_text(module) -> str:
+    """The module's docstring and those of its public functions and classes (like `help()`, minus
+    file paths)."""
+    parts = [f"Python module `{module.__name__}`\n\n{inspect.getdoc(module) or ''}"]
+    names = getattr(module, "__all__", None) or sorted(n for n in vars(module) if not n.startswith("_"))
+    for name in names:
+        obj = getattr(module, name, None)
+        if (inspect.isroutine(obj) or inspect.isclass(obj)) and inspect.getdoc(obj):
+            try:
+                signature = str(inspect.signature(obj))
+            except (TypeError, ValueError):   # many builtins have none
+                signature = ""
+            parts.append(f"{name}{signature}\n    {inspect.getdoc(obj)}")
+    return "\n\n".join(parts)
+
+
+def builtin_corpus(max_words: int = 6000, *, seed: int = 42) -> Corpus:
+    """A corpus made at start-up from the installed standard library's documentation: one document
+    per module of BUILTIN_MODULES (no download). Modules missing from this Python are left out."""
+    docs, doc_ids = [], []
+    for name in BUILTIN_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        docs.append(truncate_words(_module_text(module), max_words))
+        doc_ids.append(f"stdlib:{name}")
+    print(f"corpus: {len(docs)} built-in documents (standard-library module documentation)")
+    return Corpus(docs, doc_ids, seed)
+
+
+# --- Environment memory (METHOD 8) ---------------------------------------------------------------
+
+RECORD_KEYS = ("game_file", "skill", "code_snippet", "actor_win_rate", "regret", "rollout_id", "metadata")
+
+
+def render_memory(positives: list[dict], negative: dict | None) -> str:
+    """The <REFERENCE_ENVIRONMENTS> block (METHOD 2.2) appended to the designer's user message."""
+    lines = []
+    if positives:
+        lines += ["<REFERENCE_ENVIRONMENTS>", prompts.MEMORY_INTRO]
+        for k, r in enumerate(positives, 1):
+            lines += [f"### Example {k} (skill: {r['skill']}, win_rate: {r['actor_win_rate']:.2f}, "
+                      f"regret: {r['regret']:.2f})", "```python", r["code_snippet"], "```"]
+        lines.append("</REFERENCE_ENVIRONMENTS>")
+    if negative is not None:
+        kind = "too easy" if negative["actor_win_rate"] > 0.9 else "too hard"
+        lines += [prompts.MEMORY_AVOID,
+                  f"- {kind} (win_rate={negative['actor_win_rate']:.2f}): {negative['game_file']}"]
+    return "\n".join(lines)
+
+
+class EnvMemory:
+    """FIFO of the last `capacity` environments with their win rate and regret, saved as a JSON list."""
+
+    def __init__(self, path=None, capacity: int = 200):
+        self.path, self.capacity, self.records = (Path(path) if path else None), capacity, []
+        if self.path is not None and self.path.exists():
+            self.records = self._load(self.path)[-capacity:]
+
+    @staticmethod
+    def _load(path: Path) -> list[dict]:
+        """The records of `path`; a corrupt file is moved aside (never overwritten) and [] returned."""
+        try:
+            records = json.loads(path.read_text())
+            if not (isinstance(records, list) and all(isinstance(r, dict) and set(RECORD_KEYS) <= set(r)
+                                                      for r in records)):
+                raise ValueError(f"expected a JSON list of records with keys {RECORD_KEYS}")
+            return records
+        except (ValueError, UnicodeDecodeError) as e:   # JSONDecodeError is a ValueError
+            aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.replace(path, aside)
+            print(f"memory: {path} is corrupt ({str(e)[:200]}); moved it to {aside}, starting empty")
+            return []
+
+    def add(self, env_id: str, skill: str, code: str, actor_win_rate: float, regret: float,
+            rollout_id: int, metadata: dict | None = None):
+        self.records.append({"game_file": env_id, "skill": skill, "code_snippet": code[:SNIPPET_CHARS],
+                             "actor_win_rate": float(actor_win_rate), "regret": float(regret),
+                             "rollout_id": int(rollout_id), "metadata": metadata or {}})
+        del self.records[:-self.capacity]            # FIFO: the oldest records go first
+
+    def seed_from(self, environments):
+        """Seed a fresh memory with hand-written environments at neutral stats (see the docstring)."""
+        for env in environments:
+            self.add(env.env_id, env.skill, env.code, 0.5, 0.0, -1, {"source": "seed"})
+
+    def save(self):
+        """Atomic rewrite: a temp file in the same directory, then os.replace (never half a file)."""
+        assert self.path is not None, "this memory has no path to save to"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.records, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    def retrieve(self, skill: str, rng: random.Random, n: int = 2) -> tuple[list[dict], dict | None]:
+        """Same-skill records only. Positives: win rate in [0.15, 0.85], the max(3n, 10) of highest
+        regret, n sampled without replacement (shown by regret, highest first). Negative: one record
+        with win rate > 0.9 (too easy) or < 0.1 (too hard), or None."""
+        same = [r for r in self.records if r["skill"] == skill]
+        band = sorted((r for r in same if 0.15 <= r["actor_win_rate"] <= 0.85),
+                      key=lambda r: r["regret"], reverse=True)[:max(3 * n, 10)]
+        positives = sorted(rng.sample(band, min(n, len(band))), key=lambda r: r["regret"], reverse=True)
+        extremes = [r for r in same if r["actor_win_rate"] > 0.9 or r["actor_win_rate"] < 0.1]
+        return positives, (rng.choice(extremes) if extremes else None)
+
+    def render(self, skill: str, rng: random.Random) -> str:
+        """retrieve() then render_memory(): the block for one designer call ('' when nothing fits)."""
+        return render_memory(*self.retrieve(skill, rng))
+
+
+# --- Skill schedule (METHOD 2.2) -----------------------------------------------------------------
+
+def skills_for_epoch(skills: list[str], epoch: int, k: int) -> list[str]:
+    """Round-robin window of k skills, starting at (epoch * k) mod len(skills).
+
+    >>> s = ["M", "L", "S", "P", "O", "C"]
+    >>> skills_for_epoch(s, 0, 3), skills_for_epoch(s, 1, 3), skills_for_epoch(s, 2, 3)
+    (['M', 'L', 'S'], ['P', 'O', 'C'], ['M', 'L', 'S'])
+    """
+    start = (epoch * k) % len(skills)
+    return [skills[(start + j) % len(skills)] for j in range(k)]
+
+
+def slots_for_epoch(skills: list[str], epoch: int, k: int, num_envs: int) -> list[str]:
+    """The skill of each of the epoch's num_envs designer calls: window[i % k] (8 per skill for 24/3).
+
+    >>> slots_for_epoch(["M", "L", "S", "P"], 1, 2, 5)
+    ['S', 'P', 'S', 'P', 'S']
+    """
+    window = skills_for_epoch(skills, epoch, k)
+    return [window[i % k] for i in range(num_envs)]
+
+
+# --- Prompts (METHOD 1.2, 1.3, 2; texts in prompts.py) -------------------------------------------
+
+def game_messages(skill: str, document: str | None, memory_block: str, rng: random.Random,
+                  difficulty: str = "medium") -> list[dict]:
+    """Games: system persona + user message, (A) grounded in a document, or (B) without one."""
+    description = GAME_SKILLS[skill]
+    if document is not None:
+        footer = prompts.GAME_FOOTER.format(skill=skill, description=description, difficulty=difficulty,
+                                            min_steps=2 if difficulty == "easy" else 3)
+        parts = [prompts.CORPUS_GAME_HEADER, f"<REFERENCE_DOCUMENT>\n{document}\n</REFERENCE_DOCUMENT>",
+                 prompts.CORPUS_GAME_CONTRACT, footer]
+    else:  # the turn budget sentence stands in for the difficulty here, as officially (METHOD 2.2)
+        ideas = rng.sample(prompts.GAME_SKILL_IDEAS[skill], 3)
+        max_turns = 25
+        parts = [prompts.NO_CORPUS_GAME_CONTRACT.format(
+            skill=skill, description=description, ideas="\n".join(f"- {i}" for i in ideas),
+            max_turns=max_turns, min_turns=max_turns // 2, max_good_turns=max_turns * 3 // 4,
+            reference_game=prompts.REFERENCE_GAME)]
+    user = "\n\n".join(parts + ([memory_block] if memory_block else []))
+    return [{"role": "system", "content": prompts.GAME_DESIGNER_SYSTEM}, {"role": "user", "content": user}]
+
+
+def tool_messages(skill: str, snippet: str | None, memory_block: str, rng: random.Random,
+                  difficulty: str = "medium") -> list[dict]:
+    """Tool use: one user message (no system message, METHOD 2.1) with a rotated domain and variant."""
+    domain, variant = rng.choice(prompts.TOOL_DOMAINS), rng.choice(prompts.TOOL_VARIANTS)
+    ideas = "\n".join(f"- {t}" for t in prompts.TOOL_SKILL_TASKS[skill])
+    parts = [prompts.TOOL_TASK.format(domain=domain)]
+    if snippet is not None:
+        parts += [prompts.TOOL_SNIPPET_NOTE, f"<REFERENCE_SNIPPET>\n{snippet}\n</REFERENCE_SNIPPET>"]
+    parts += [prompts.TOOL_SKILL.format(skill=skill, description=TOOL_SKILLS[skill], ideas=ideas,
+                                        variant=variant, variant_text=prompts.TOOL_VARIANT_TEXT[variant],
+                                        difficulty=difficulty), prompts.TOOL_CONTRACT]
+    return [{"role": "user", "content": "\n\n".join(parts + ([memory_block] if memory_block else []))}]
+
+
+def encode_chat(tokenizer, messages: list[dict]) -> tuple[str, list[int]]:
+    """The chat-templated prompt text and its token ids, ready for generation (non-thinking)."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=False)
+    return text, tokenizer.encode(text, add_special_tokens=False)
+
+
+# --- design(): generate, validate, retry (METHOD 3.1, 3.4) ---------------------------------------
+
+@dataclass
+class DesignerSample:
+    """One trained designer generation: prompt tokens (mask 0) + response tokens (mask 1)."""
+    tokens: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]        # the engine's log-prob of each response token; 0.0 on the prompt
+    env_id: str
+    skill: str
+    response_text: str
+    prompt_text: str = ""
+    corpus_doc_id: str | None = None
+    attempt: int = 1             # which attempt of its slot produced it (1 = first try)
+
+
+@dataclass
+class _Attempt:
+    slot: int
+    skill: str
+    prompt_text: str
+    prompt_tokens: list[int]
+    corpus_doc_id: str | None
+    attempt: int
+    completion: object = None     # engine.Completion
+    response_text: str = ""
+    validation: object = None     # sandbox.Validation
+
+
+def _prepare(slot, skill, attempt, setting, corpus, memory, rng, difficulty, tokenizer) -> _Attempt:
+    """A fresh prompt for one attempt: a new corpus document and a new memory sample."""
+    doc_id, document = corpus.sample() if corpus is not None else (None, None)
+    block = memory.render(skill, rng) if memory is not None else ""
+    build = game_messages if setting == "games" else tool_messages
+    text, tokens = encode_chat(tokenizer, build(skill, document, block, rng, difficulty))
+    return _Attempt(slot, skill, text, tokens, doc_id, attempt)
+
+
+def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str, params,
+           max_attempts: int = 5, rng: random.Random, rollout_id: int, difficulty: str = "medium",
+           num_validation_workers: int = 4):
+    """Write one environment per slot (a skill), each with up to `max_attempts` validated tries.
+
+    Every round batches the attempts of all still-empty slots into one engine.generate call. Returns
+    (environments, designer samples, stats); a slot whose attempts all fail is simply missing.
+    """
+    assert setting in SETTINGS, f"setting must be one of {SETTINGS}, got {setting!r}"
+    skills = GAME_SKILLS if setting == "games" else TOOL_SKILLS
+    assert all(s in skills for s in slots), f"unknown {setting} skills: {set(slots) - set(skills)}"
+    accepted: dict[int, _Attempt] = {}
+    failures, num_attempts = [], 0
+    for attempt in range(1, max_attempts + 1):
+        pending = [i for i in range(len(slots)) if i not in accepted]
+        if not pending:
+            break
+        batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, rng, difficulty, tokenizer)
+                 for i in pending]
+        completions = engine.generate([a.prompt_tokens for a in batch], params)
+        assert len(completions) == len(batch), "the engine must answer every prompt"
+        for a, c in zip(batch, completions):
+            a.completion = c
+            a.response_text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
+        # Validation forks isolated children; a few at a time hide each other's start-up latency.
+        with ThreadPoolExecutor(max_workers=max(1, num_validation_workers)) as pool:
+            validations = list(pool.map(validate_env, [a.response_text for a in batch]))
+        num_attempts += len(batch)
+        for a, v in zip(batch, validations):
+            a.validation = v
+            if v.ok:
+                accepted[a.slot] = a
+                continue
+            error = " ".join((v.error or "").split())[:300]
+            failures.append({"slot": a.slot, "skill": a.skill, "attempt": attempt, "stage": v.stage,
+                             "error": error, "finish_reason": a.completion.finish_reason})
+            print(f"designer: slot {a.slot} ({a.skill}) attempt {attempt}/{max_attempts} rejected "
+                  f"at {v.stage}: {error[:160]}")
+    envs, samples = [], []
+    for slot in sorted(accepted):
+        a = accepted[slot]
+        env_id = f"game_{rollout_id:05d}_{slot:03d}_{skill_slug(a.skill)}"   # official file naming
+        envs.append(Environment(env_id, a.skill, a.validation.code))
+        samples.append(_designer_sample(a, env_id))
+    stats = {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": num_attempts,
+             "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
+    print(f"designer: {len(envs)}/{len(slots)} environments valid after {num_attempts} attempts; "
+          f"rejections by stage: {stats['num_failed_by_stage'] or 'none'}")
+    return envs, samples, stats
+
+
+def _designer_sample(a: _Attempt, env_id: str) -> DesignerSample:
+    """Exactly what the model saw and wrote: only the response tokens are trained (mask 1)."""
+    response, logprobs = list(a.completion.token_ids), list(a.completion.logprobs)
+    assert len(response) == len(logprobs), "one log-prob per generated token"
+    return DesignerSample(tokens=a.prompt_tokens + response,
+                          loss_mask=[0] * len(a.prompt_tokens) + [1] * len(response),
+                          logprobs=[0.0] * len(a.prompt_tokens) + logprobs,
+                          env_id=env_id, skill=a.skill, response_text=a.response_text,
+                          prompt_text=a.prompt_text, corpus_doc_id=a.corpus_doc_id,
+                          attempt=a.attempt)
+
+
+# --- Hints (METHOD 5, mode "self") ---------------------------------------------------------------
+
+def hint_messages(code: str, setting: str) -> list[dict]:
+    system = prompts.HINT_GAME_SYSTEM if setting == "games" else prompts.HINT_TOOL_SYSTEM
+    user = prompts.HINT_USER.format(code=code)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def parse_hint(text: str) -> str:
+    """The hint in a response: a ```json block's "hint" value if there is one, else the stripped text
+    without <think> blocks.
+
+    >>> parse_hint('<think>x=7</think> Probe the dials one by one.')
+    'Probe the dials one by one.'
+    >>> parse_hint('Here:\\n```json\\n{"hint": "Halve the range."}\\n```')
+    'Halve the range.'
+    """
+    text = re.sub(r"<think>.*?(</think>|$)", "", text, flags=re.DOTALL).strip()
+    block = re.search(r"```json\s*\n(.*?)```", text, flags=re.DOTALL)
+    if block:
+        try:
+            value = json.loads(block.group(1))
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, dict) and isinstance(value.get("hint"), str):
+            return value["hint"].strip()
+    return text
+
+
+def write_hints(engine, tokenizer, envs, setting: str, params) -> list[str]:
+    """One hint per environment, written by the policy from the environment's code, in one batched
+    generate call (METHOD 5: T 0.3, top_p 0.9 in `params`). Not trained. May be empty."""
+    assert setting in SETTINGS, f"setting must be one of {SETTINGS}, got {setting!r}"
+    if not envs:
+        return []
+    prompt_tokens = [encode_chat(tokenizer, hint_messages(env.code, setting))[1] for env in envs]
+    completions = engine.generate(prompt_tokens, params)
+    return [parse_hint(tokenizer.decode(c.token_ids, skip_special_tokens=True)) for c in completions]
