@@ -1,0 +1,461 @@
+"""The policy update: PPO-clip + truncated importance sampling on one rollout batch (METHOD.md 7).
+
+One call of `update` is one optimizer step on the whole batch of designer and agent samples, as in the
+paper (global batch = rollout batch). Top to bottom: `Sample`; the loss as small pure functions;
+micro-batches by a token budget, packed into one row with variable-length attention on CUDA (flash-attn
+if installed, else PyTorch's `varlen_attn`) or length-sorted padded rows with SDPA elsewhere; log-probs
+from the final hidden states through kernels.py (no [tokens x vocabulary] logits on CUDA);
+`make_optimizer` (8-bit AdamW), `update`, `shard_model` (FSDP2 under torchrun) and `push_weights`.
+
+Tests: `python -m pytest tests/test_grpo.py -q`.
+
+Deliberately not here: several optimizer steps per rollout (so the "old" policy is always the current
+weights, see `accumulate_gradients`), value functions, entropy bonus, sequence-level (GSPO) ratios,
+reward normalisation (regret.py computes the advantages), tensor/sequence parallelism.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
+
+
+@dataclass
+class Sample:
+    """One training sequence: a whole agent episode or one designer response (METHOD.md 7.1).
+
+    loss_mask[i] is 1 only on tokens the policy generated (prompts, observations and tool outputs are 0);
+    rollout_logprobs[i] is the engine's generation-time log-prob of tokens[i] (0.0 where the mask is 0);
+    the advantage is one scalar, broadcast over the sample's mask-1 tokens.
+    """
+    tokens: list[int]
+    loss_mask: list[int]
+    rollout_logprobs: list[float]
+    advantage: float
+
+    def __post_init__(self):
+        n = len(self.tokens)
+        assert n >= 2, f"a sample needs a prompt and a reply, got {n} tokens"
+        assert len(self.loss_mask) == n == len(self.rollout_logprobs), (
+            f"tokens/loss_mask/rollout_logprobs lengths differ: {n}, {len(self.loss_mask)}, "
+            f"{len(self.rollout_logprobs)}")
+        # Token 0 has no hidden state before it; in a packed row its prediction would come from the
+        # previous sample's last token.
+        assert self.loss_mask[0] == 0, "loss_mask[0] must be 0: the first token is never predicted"
+        assert set(self.loss_mask) <= {0, 1}, "loss_mask holds 0 and 1 only"
+        assert math.isfinite(self.advantage), f"advantage is {self.advantage}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The loss: plain tensors in, numbers out. Shapes: B samples (rows), L tokens, advantages [B].
+
+def ppo_clip(logprobs, old_logprobs, advantages, clip_low=0.2, clip_high=0.28):
+    """Per-token PPO-clip loss max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)), r = exp(logp - logp_old).
+
+    Returns (loss [B, L], clipped [B, L] bool: the clipped branch is the active one, so no gradient).
+    Example with clip 0.2 / 0.28: A=+1, r=1.5 -> max(-1.5, -1.28) = -1.28, clipped (the step already went
+    far enough); A=+1, r=0.5 -> -0.5, not clipped; A=-1, r=0.5 -> max(0.5, 0.8) = 0.8, clipped;
+    A=-1, r=1.5 -> 1.5, not clipped. The high side is wider (0.28) so rare tokens can rise faster.
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+def tis_weight(old_logprobs, rollout_logprobs, cap=2.0):
+    """Truncated importance-sampling weight min(pi_old / pi_rollout, cap), detached (METHOD.md 7.2).
+
+    Corrects for the samples coming from another engine (vLLM numerics) and, for designer samples, from
+    weights D updates old. Example: old = log 0.3, rollout = log 0.1 -> 3 -> capped to 2.0;
+    old = log 0.1, rollout = log 0.2 -> 0.5.
+    """
+    return torch.exp(old_logprobs - rollout_logprobs).clamp(max=cap).detach()
+
+
+def k3_kl(logprobs, ref_logprobs):
+    """Schulman's low-variance k3 estimate of KL(pi || pi_ref) per token: exp(d) - d - 1, d = ref - logp.
+
+    Never negative, 0 where the policies agree. Example: logp = log 0.25, ref = log 0.5 -> d = log 2 ->
+    2 - 0.6931 - 1 = 0.3069.
+    """
+    d = ref_logprobs - logprobs
+    return torch.exp(d) - d - 1
+
+
+def sample_mean(values, mask):
+    """Mean of each row over its mask-1 tokens, [B, L] -> [B]; a row without mask-1 tokens gives 0.
+
+    Example: values [[1, 2, 3], [4, 5, 6]], mask [[0, 1, 1], [0, 0, 0]] -> [2.5, 0.0].
+    """
+    return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_low=0.2, clip_high=0.28,
+              tis_cap=2.0, kl_coef=0.0, ref_logprobs=None):
+    """The policy loss of METHOD.md 7.2 on B samples: ([B, L] x4 + advantages [B] + ...) -> (loss, stats).
+
+    Per token: ppo_clip(...) * tis_weight(old, rollout) + kl_coef * k3_kl(logp, ref) (the KL term is not
+    importance weighted, as in Slime). Averaging is SAMPLE-level, deliberately: each sample's tokens are
+    averaged over its own mask-1 tokens, then the B sample means are averaged. That is what the official
+    code gets from Slime (per-sample token mean, summed, divided by the global batch size), and it
+    makes every sample (a short designer reply or a 16k-token episode) weigh the same, which is what the
+    role-balancing scale S of METHOD.md 6.2 assumes. A sample with an all-zero mask counts as 0 in the
+    mean (Slime's inert padding samples).
+
+    Example (clip 0.2 / 0.28, cap 2): sample 1, A=+1, two tokens with r = 1.5 (-1.28, clipped) and r = 1
+    with pi_old / pi_rollout = 3 (w = 2: -2.0) -> mean -1.64; sample 2, A=-1, one token with r = 0.5 (0.8,
+    clipped) -> 0.8. loss = (-1.64 + 0.8) / 2 = -0.42; clip_fraction 2/3, tis_weight (1 + 2 + 1) / 3.
+
+    stats (detached 0-d tensors; fractions and means over the mask-1 tokens): pg_loss, kl,
+    clip_fraction, tis_weight, tis_capped_fraction, num_loss_tokens.
+    """
+    mask = mask.to(logprobs.dtype)
+    pg, clipped = ppo_clip(logprobs, old_logprobs, advantages[:, None], clip_low, clip_high)
+    weight = tis_weight(old_logprobs, rollout_logprobs, tis_cap)
+    per_token = pg * weight
+    kl = torch.zeros_like(per_token)
+    if kl_coef != 0:
+        assert ref_logprobs is not None, "kl_coef != 0 needs ref_logprobs from the frozen reference model"
+        kl = k3_kl(logprobs, ref_logprobs)
+    loss = sample_mean(per_token + kl_coef * kl, mask).mean()
+    num_tokens = mask.sum()
+
+    def token_mean(x):
+        return (x.detach().to(mask.dtype) * mask).sum() / num_tokens.clamp(min=1)
+
+    capped = (old_logprobs - rollout_logprobs) > math.log(tis_cap)
+    stats = dict(pg_loss=sample_mean(per_token, mask).mean().detach(), kl=token_mean(kl),
+                 clip_fraction=token_mean(clipped), tis_weight=token_mean(weight),
+                 tis_capped_fraction=token_mean(capped), num_loss_tokens=num_tokens.detach())
+    return loss, stats
+
+
+# ---------------------------------------------------------------------------------------------------
+# Micro-batches and log-probs.
+
+def plan_micro_batches(lengths: list[int], token_budget: int, padded: bool) -> list[list[int]]:
+    """Group sample indices into micro-batches whose cost stays within token_budget, longest first.
+
+    Cost is the tokens actually computed: their sum when packed, rows x longest row when padded (sorting
+    by length keeps that padding small). A sample longer than the budget gets a micro-batch alone.
+    Example, lengths [3, 9, 4, 5], budget 12: packed -> [[1], [3, 2, 0]] (9 | 5 + 4 + 3 = 12);
+    padded -> [[1], [3, 2], [0]] (9 | 2 x 5 = 10; adding the 3 would make 3 x 5 = 15).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches, current = [], []
+    for i in order:
+        candidate = current + [i]
+        cost = len(candidate) * lengths[candidate[0]] if padded else sum(lengths[j] for j in candidate)
+        if current and cost > token_budget:
+            batches.append(current)
+            candidate = [i]
+        current = candidate
+    return batches + ([current] if current else [])
+
+
+def samples_for_rank(samples: list[Sample], rank: int, world_size: int) -> list[Sample]:
+    """This rank's share of the batch: sorted by length, dealt round-robin, so token counts balance.
+
+    Example: lengths [3, 9, 4, 5], 2 ranks -> rank 0 gets lengths [9, 4], rank 1 gets [5, 3].
+    """
+    order = sorted(range(len(samples)), key=lambda i: -len(samples[i].tokens))
+    return [samples[i] for i in order[rank::world_size]]
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor  # [B, S] padded rows, or [1, T] one packed row
+    position_ids: torch.Tensor  # same shape; restarts at 0 at every sample when packed
+    attention_mask: torch.Tensor | None  # [B, S], 1 on real tokens (padded); None when packed
+    varlen: dict  # cu_seq_lens_q/k, max_length_q/k: transformers' variable-length attention kwargs
+    lengths: list[int]
+    loss_mask: torch.Tensor  # [B, L] float, L = longest sample (the loss side is always padded rows)
+    rollout_logprobs: torch.Tensor  # [B, L]
+    advantages: torch.Tensor  # [B]
+
+    @property
+    def packed(self) -> bool:
+        return self.attention_mask is None
+
+
+def collate(samples: list[Sample], packed: bool, device) -> MicroBatch:
+    """Tensors for one micro-batch: one packed row (varlen attention) or right-padded rows."""
+    def rows(field, dtype):
+        return pad_sequence([torch.tensor(getattr(s, field), dtype=dtype) for s in samples],
+                            batch_first=True).to(device)
+
+    lengths = [len(s.tokens) for s in samples]
+    if packed:
+        input_ids = torch.tensor([t for s in samples for t in s.tokens], device=device)[None]
+        position_ids = torch.cat([torch.arange(n) for n in lengths]).to(device)[None]
+        cu = torch.tensor([0] + lengths, device=device).cumsum(0).to(torch.int32)
+        varlen = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths))
+        attention_mask = None
+    else:
+        input_ids = rows("tokens", torch.long)  # padding id 0 is never attended to nor scored
+        attention_mask = (torch.arange(input_ids.shape[1], device=device)[None]
+                          < torch.tensor(lengths, device=device)[:, None]).long()
+        position_ids = torch.arange(input_ids.shape[1], device=device).expand_as(input_ids)
+        varlen = {}
+    return MicroBatch(input_ids, position_ids, attention_mask, varlen, lengths,
+                      rows("loss_mask", torch.float32), rows("rollout_logprobs", torch.float32),
+                      torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device))
+
+
+def token_logprobs(model, batch: MicroBatch, temperature=1.0):
+    """Log-prob of every sample token under `model`: [B, L] rows, 0 at position 0 and on padding.
+
+    Token i is scored from the final hidden state at i - 1. The whole model is called (not model.model)
+    so that FSDP2's root hooks gather the final norm and lm_head; an empty logits_to_keep stops it from
+    computing logits: kernels.py's fused Triton kernel scores the targets on CUDA without ever holding
+    the [T, V] logits (its torch reference elsewhere). Divide by the rollout temperature: the engine's
+    log-probs are of the tempered distribution.
+    """
+    import kernels  # lazily: Triton is only needed on CUDA
+    no_logits = torch.empty(0, dtype=torch.long, device=batch.input_ids.device)
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids, use_cache=False, output_hidden_states=True,
+                logits_to_keep=no_logits, **batch.varlen)
+    hidden = out.hidden_states[-1]  # [R, S, H], after the final norm
+    num_rows, length, size = hidden.shape
+    weight = model.get_output_embeddings().weight  # [V, H]
+    flat = kernels.logprob_fn(hidden.device)(hidden[:, :-1].reshape(-1, size), weight,
+                                             batch.input_ids[:, 1:].reshape(-1), temperature)
+    shifted = F.pad(flat.view(num_rows, length - 1), (1, 0))  # [R, S]
+    if not batch.packed:
+        return shifted * batch.attention_mask  # padding positions score the pad id: zero them
+    # Each sample's first position holds the previous sample's last prediction: zero it.
+    per_sample = pad_sequence(list(shifted[0].split(batch.lengths)), batch_first=True)
+    return F.pad(per_sample[:, 1:], (1, 0))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Attention routes: which kernel runs the packed rows.
+
+def _torch_varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                            cu_seq_lens_q=None, max_length_q=None, **kwargs):
+    """A transformers attention function over one packed row with PyTorch's own varlen flash kernel.
+
+    query [1, Hq, T, D], key/value [1, Hkv, T, D] -> ([1, T, Hq, D], None), causal within each sample.
+    """
+    from torch.nn.attention.varlen import varlen_attn
+    assert cu_seq_lens_q is not None, "packed rows need cu_seq_lens_q (the micro-batch's varlen kwargs)"
+    assert kwargs.get("sliding_window") is None, "sliding-window layers are not supported here"
+    q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))  # [T, H, D]
+    out = varlen_attn(q, k, v, cu_seq_lens_q, cu_seq_lens_q, max_length_q, max_length_q, scale=scaling,
+                      window_size=(-1, 0), enable_gqa=q.shape[1] != k.shape[1])
+    return out.unsqueeze(0), None
+
+
+_IMPLEMENTATIONS = {"flash": "flash_attention_2", "torch_varlen": "spade_torch_varlen"}
+
+
+def attention_route(model) -> str:
+    """'flash' (flash-attn, through transformers), 'torch_varlen' (torch.nn.attention.varlen) or 'padded'.
+
+    The varlen kernels are CUDA-only and need 16-bit weights; everything else (CPU, float32) trains on
+    length-sorted padded rows with the model's own SDPA.
+    """
+    param = next(model.parameters())
+    if param.device.type != "cuda" or param.dtype not in (torch.bfloat16, torch.float16):
+        return "padded"
+    if importlib.util.find_spec("flash_attn") is not None:
+        return "flash"
+    if importlib.util.find_spec("torch.nn.attention.varlen") is not None:
+        return "torch_varlen"
+    return "padded"
+
+
+@contextlib.contextmanager
+def attention_implementation(model, route: str):
+    """Use the route's attention kernel for the update only: the in-process engine generates from the
+    same model with a KV cache, which the varlen kernels here do not serve."""
+    if route == "padded":
+        yield
+        return
+    assert route in _IMPLEMENTATIONS, f"unknown attention route {route!r}"
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import flash_attention_mask
+    AttentionInterface.register(_IMPLEMENTATIONS["torch_varlen"], _torch_varlen_attention)
+    # Like flash attention, no mask tensor: sample boundaries come from cu_seq_lens.
+    AttentionMaskInterface.register(_IMPLEMENTATIONS["torch_varlen"], flash_attention_mask)
+    previous = model.config._attn_implementation  # transformers has no public getter
+    model.set_attn_implementation(_IMPLEMENTATIONS[route])
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Optimizer, the update, FSDP2 and the weight push.
+
+def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1):
+    """8-bit AdamW with METHOD.md 7.2's defaults; no weight decay on biases and norm scales (1-D).
+
+    One process: bitsandbytes' AdamW8bit (also runs on CPU). Under torch.distributed (FSDP2) params are
+    DTensors, which bitsandbytes rejects: torchao's AdamW8bit, else plain AdamW with a warning. Trap:
+    an lr of 1e-6 is below bf16's resolution for almost every weight, so a bf16 model updated with
+    round-to-nearest barely moves; torchao's stochastic rounding fixes that and is preferred for bf16.
+    """
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [dict(params=[p for _, p in params if p.ndim >= 2], weight_decay=weight_decay),
+              dict(params=[p for _, p in params if p.ndim < 2], weight_decay=0.0)]
+    bf16 = any(p.dtype == torch.bfloat16 for _, p in params)
+    torchao_spec = importlib.util.find_spec("torchao")
+    if dist.is_initialized() or (bf16 and torchao_spec is not None):
+        if torchao_spec is not None:
+            from torchao.optim import AdamW8bit
+            return AdamW8bit(groups, lr=lr, betas=betas, bf16_stochastic_round=bf16)
+        print("WARNING: torchao is not installed; FSDP2 falls back to torch.optim.AdamW (32-bit states, "
+              "4x the optimizer memory of AdamW8bit)")
+        return torch.optim.AdamW(groups, lr=lr, betas=betas)
+    if bf16:
+        print(f"WARNING: bf16 weights with bitsandbytes round each update to nearest; at lr {lr} most "
+              "weights will not move. Install torchao (stochastic rounding) or train in float32.")
+    import bitsandbytes
+    return bitsandbytes.optim.AdamW8bit(groups, lr=lr, betas=betas)
+
+
+def frozen_copy(model):
+    """The KL reference (a frozen copy of the initial policy). Build it only when kl_coef != 0 (it costs
+    a model's memory), before `shard_model`, and shard it the same way."""
+    reference = copy.deepcopy(model).eval()
+    return reference.requires_grad_(False)
+
+
+def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=16384, temperature=1.0,
+                         clip_low=0.2, clip_high=0.28, tis_cap=2.0, kl_coef=0.0, ref_model=None,
+                         attention: str | None = None) -> dict:
+    """Backward the GRPO loss of the whole batch, micro-batch by micro-batch; returns summed stats.
+
+    The gradients equal those of `grpo_loss` over all samples at once: each micro-batch's sample mean is
+    weighted by its share of the samples. pi_old is the current weights: with one optimizer step per
+    rollout they have not changed since the batch was formed, so the old log-probs are the current ones,
+    detached (ratio 1, gradient of log pi). That is Slime's value without a second forward pass; the
+    clip only bites when a forker takes several steps per batch. Under torch.distributed every rank
+    passes the same full batch and trains on its share (`samples_for_rank`).
+    """
+    assert samples, "update needs at least one sample"
+    assert kl_coef == 0 or ref_model is not None, "kl_coef != 0 needs ref_model (see frozen_copy)"
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    route = attention or attention_route(model)
+    device = next(model.parameters()).device
+    local = samples_for_rank(samples, rank, world)
+    plan = [[local[i] for i in group] for group in
+            plan_micro_batches([len(s.tokens) for s in local], micro_token_budget, route == "padded")]
+    # FSDP2 gathers each layer collectively, so every rank must run as many passes: a rank that has
+    # run out repeats a micro-batch with weight 0.
+    num_passes = torch.tensor(len(plan), device=device)
+    if world > 1:
+        dist.all_reduce(num_passes, op=dist.ReduceOp.MAX)
+    totals = defaultdict(float)
+    with contextlib.ExitStack() as stack:
+        stack.callback(model.train, model.training)
+        model.train()  # activation checkpointing only runs in training mode
+        stack.enter_context(attention_implementation(model, route))
+        if kl_coef != 0:
+            stack.enter_context(attention_implementation(ref_model, route))
+        for step in range(int(num_passes)):
+            group, weight = (plan[step], 1.0) if step < len(plan) else ([samples[0]], 0.0)
+            batch = collate(group, packed=route != "padded", device=device)
+            logprobs = token_logprobs(model, batch, temperature)
+            ref_logprobs = None
+            if kl_coef != 0:
+                with torch.no_grad():
+                    ref_logprobs = token_logprobs(ref_model, batch, temperature)
+            loss, stats = grpo_loss(logprobs, logprobs.detach(), batch.rollout_logprobs, batch.advantages,
+                                    batch.loss_mask, clip_low, clip_high, tis_cap, kl_coef, ref_logprobs)
+            share = weight * len(group) / len(samples)
+            # FSDP2 averages gradients over ranks; the shares already sum to 1 over all ranks.
+            (loss * share * world).backward()
+            # Stats stay on the device until the end: a .item() per micro-batch would sync the GPU.
+            tokens = stats.pop("num_loss_tokens") * weight
+            totals["loss"] += loss.detach() * share
+            totals["pg_loss"] += stats.pop("pg_loss") * share
+            for key, value in stats.items():  # token means -> token sums, divided after the reduce
+                totals[key] += value * tokens
+            totals["num_loss_tokens"] += tokens
+            totals["num_tokens"] += sum(batch.lengths) * weight
+    keys = sorted(totals)
+    summed = torch.stack([torch.as_tensor(totals[k], device=device).double() for k in keys])
+    if world > 1:
+        dist.all_reduce(summed)
+    out = dict(zip(keys, summed.tolist()))
+    for key in ("kl", "clip_fraction", "tis_weight", "tis_capped_fraction"):
+        out[key] /= max(out["num_loss_tokens"], 1.0)
+    out.update(num_samples=len(samples), num_micro_batches=int(num_passes), attention=route)
+    return out
+
+
+def update(model, optimizer, samples: list[Sample], *, micro_token_budget=16384, max_grad_norm=1.0,
+           activation_checkpointing=False, **loss_kwargs) -> dict:
+    """One optimizer step on one rollout batch; returns the stats for the log line.
+
+    loss_kwargs go to `accumulate_gradients` (temperature, clip_low/high, tis_cap, kl_coef, ref_model,
+    attention). Stats: loss, pg_loss, kl, clip_fraction, tis_weight, tis_capped_fraction, grad_norm
+    (before clipping), num_tokens, num_loss_tokens, num_samples, num_micro_batches, seconds, and
+    attention (the route that ran: "flash", "torch_varlen" or "padded").
+    """
+    start = time.perf_counter()
+    if activation_checkpointing and not model.is_gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    optimizer.zero_grad(set_to_none=True)
+    stats = accumulate_gradients(model, samples, micro_token_budget=micro_token_budget, **loss_kwargs)
+    params = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
+        grad_norm = grad_norm.full_tensor()
+    grad_norm = float(grad_norm)
+    # A NaN step would silently poison every weight: stop here instead.
+    assert math.isfinite(grad_norm), f"gradient norm is {grad_norm}; the step was not taken"
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    stats.update(grad_norm=grad_norm, seconds=time.perf_counter() - start)
+    return stats
+
+
+def shard_model(model):
+    """FSDP2: each decoder layer is its own unit, the rest (embeddings, final norm, lm_head) the root.
+
+    Needs torch.distributed initialised (torchrun). Parameter names are unchanged, so checkpoints and
+    `push_weights` see the same names as in one process.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    assert dist.is_initialized(), "shard_model needs torch.distributed: run under torchrun"
+    mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (dist.get_world_size(),))
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def full_named_parameters(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) one parameter at a time. Under FSDP2 each one is all-gathered on demand
+    (a collective: every rank must iterate, in the same order), so at most one is whole at a time."""
+    for name, param in model.named_parameters():
+        yield name, (param.full_tensor() if hasattr(param, "full_tensor") else param).detach()
+
+
+def push_weights(model, engine) -> None:
+    """Load the updated weights into the generation engine, which the caller put to sleep before update.
+
+    Wake first: a sleeping vLLM has released its weight memory, and writing into it would write
+    nowhere. The in-process HF engine shares this very model, so there is nothing to copy.
+    """
+    engine.wake_up()
+    if getattr(engine, "model", None) is model:
+        return
+    engine.load_weights(full_named_parameters(model))

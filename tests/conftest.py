@@ -1,0 +1,8 @@
+"""Test-wide setup. Triton kernels run on a CPU only through its interpreter, and the switch must
+be set before anything imports triton (bitsandbytes, which engine.py and grpo.py use, does)."""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
