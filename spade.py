@@ -1,0 +1,435 @@
+"""SPADE self-play: one model designs environments (as Python) and learns by playing them.
+
+    python spade.py                                   # the embedded default: SmolLM2-135M on CPU, offline
+    python spade.py --model Qwen3-4B                  # one GPU, the paper's settings (METHOD.md 7.3)
+    torchrun --nproc_per_node=8 spade.py --model Qwen3-30B-A3B      # one node, eight GPUs
+    python spade.py --pool envs/                      # baseline: fixed-pool GRPO, no designer
+    python spade.py --resume out/<run>                # carry on from the last checkpoint
+    python spade.py report out/<run>                  # plots + an HTML page of the curriculum
+
+Every step, in the paper's order (METHOD.md 0): every R steps the designer writes a new pool of
+environments (designer.py; validated in sandbox.py), writes a hint for each and plays each one
+with its hint (not trained: it measures what the hint is worth); the agent plays every pool
+environment K times (agent.py); rewards become advantages (regret.py): per-environment z-scores
+for the agent, and for the designer the blend of a win-rate plateau and hint-based regret, scored
+R steps later when the whole epoch is known; memory records the new environments; one PPO-clip +
+TIS update on designer and agent samples together (grpo.py); the new weights go into the engine.
+
+Deliberate simplifications: the batch is not trimmed or padded to a fixed size (the loss is a mean
+over the samples present); under torchrun every rank runs the same rollouts (one engine per rank,
+vLLM tensor-parallel) and the update splits the samples between ranks; checkpoints keep the last
+two. Ctrl-C finishes the step's checkpoint and exits.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+@dataclass
+class Config:
+    model: str = "smollm2-135m"       # alias (Qwen3-30B-A3B, Qwen3-8B, Qwen3-4B, smollm2-135m, tiny) or path
+    preset: str = "auto"              # paper | embedded | auto (embedded for smollm2-135m and tiny)
+    setting: str = "games"            # games | tool_use: skills, prompts and regeneration interval
+    steps: int = 400                  # rollout steps (= policy updates)
+    num_envs: int = 24                # G: environments per pool
+    plays_per_env: int = 8            # K: trained plays of each environment per step
+    regen_interval: int = 0           # R: steps per pool; 0 = the setting's (4 games, 8 tool use)
+    hint_plays: int = 16              # hinted plays per new environment (not trained)
+    skills: str = ""                  # comma-separated skill names; "" = all six of the setting
+    skills_per_regen: int = 0         # skills per epoch; 0 = the setting's (3 games, 6 tool use)
+    designer_attempts: int = 5        # validated tries per designer slot
+    designer_reward: str = "blend"    # blend | solve_rate | regret_based | learning_potential
+    temperature: float = 0.6          # agent and designer sampling temperature
+    top_p: float = 0.95
+    top_k: int = 20
+    hint_temperature: float = 0.3
+    max_turns: int = 25               # agent turns per episode
+    max_context: int = 32768          # tokens per episode
+    max_new_tokens: int = 8192        # agent tokens per turn
+    designer_max_tokens: int = 16384  # tokens per environment written
+    hint_max_tokens: int = 4096
+    corpus: str = ""                  # JSONL with orig_doc/text; "" = built from the stdlib's docs
+    corpus_max_words: int = 0         # document truncation; 0 = the setting's (6000 games, 4000 tool use)
+    no_corpus: bool = False           # ablation: no grounding document
+    no_memory: bool = False           # ablation: no environment memory
+    no_designer_training: bool = False  # ablation: designer samples are generated but not trained
+    pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
+    lr: float = 1e-6
+    kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for 8B and tool use)
+    micro_token_budget: int = 16384   # tokens per micro-batch in the update
+    engine: str = "auto"              # hf | vllm | auto (vllm on CUDA when installed)
+    out: str = "out"
+    run: str = ""                     # run name; "" = a timestamp
+    save_every: int = 16              # checkpoint every N steps (and at the end)
+    resume: str = ""                  # a run directory to continue
+    seed: int = 0
+    wandb: bool = False
+
+    def derive(self):
+        """Fill the values that depend on others, then check the whole config once."""
+        tool_use = self.setting == "tool_use"
+        self.regen_interval = self.regen_interval or (8 if tool_use else 4)
+        self.skills_per_regen = self.skills_per_regen or (6 if tool_use else 3)
+        self.corpus_max_words = self.corpus_max_words or (4000 if tool_use else 6000)
+        self.run = self.run or time.strftime("%Y%m%d-%H%M%S")
+        problems = [msg for bad, msg in [
+            (self.setting not in ("games", "tool_use"), f"--setting must be games or tool_use, not {self.setting!r}"),
+            (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
+            (self.num_envs < 1 or self.steps < 1, "--num-envs and --steps must be positive"),
+            (len(self.skill_list()) % self.skills_per_regen != 0 and not self.pool,
+             f"{len(self.skill_list())} skills do not divide into epochs of --skills-per-regen {self.skills_per_regen}"),
+            (self.num_envs % min(self.skills_per_regen, len(self.skill_list())) != 0 and not self.pool,
+             f"--num-envs {self.num_envs} does not divide among {self.skills_per_regen} skills per epoch"),
+            (self.designer_reward not in ("blend", "solve_rate", "regret_based", "learning_potential"),
+             f"unknown --designer-reward {self.designer_reward!r}"),
+            (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
+            (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}")]
+            if bad]
+        if problems:
+            raise SystemExit(f"spade.py: {problems[0]}")
+        return self
+
+    def skill_list(self):
+        from envs import GAME_SKILLS, TOOL_SKILLS
+        known = GAME_SKILLS if self.setting == "games" else TOOL_SKILLS
+        names = [s.strip() for s in self.skills.split(",") if s.strip()] or list(known)
+        unknown = [s for s in names if s not in known]
+        if unknown:
+            raise SystemExit(f"spade.py: unknown {self.setting} skill(s) {unknown}; known: {list(known)}")
+        return names
+
+
+# The embedded default: a real loop that finishes in minutes on a 2-core CPU (and tests with `tiny`).
+EMBEDDED = dict(steps=4, num_envs=2, plays_per_env=2, regen_interval=2, hint_plays=2, skills_per_regen=2,
+                designer_attempts=2, max_turns=3, max_context=3072, max_new_tokens=48,
+                designer_max_tokens=256, hint_max_tokens=48, micro_token_budget=4096, lr=1e-5, corpus_max_words=300,
+                save_every=2, skills="Mathematical Reasoning,Pattern Recognition")
+
+
+def parse_config(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for field in dataclasses.fields(Config):
+        flag = "--" + field.name.replace("_", "-")
+        if field.type is bool:
+            parser.add_argument(flag, action="store_true")
+        else:
+            parser.add_argument(flag, type=field.type, default=None)
+    given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v not in (None, False)}
+    if given.get("resume"):                          # a resumed run keeps its saved config
+        latest = Path(given["resume"]) / "latest"
+        if not latest.is_file():
+            raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']}")
+        saved = json.loads(latest.read_text())["config"]
+        return Config(**{**saved, "resume": given["resume"]})
+    cfg = Config(**given)
+    if cfg.preset == "embedded" or (cfg.preset == "auto" and cfg.model in ("smollm2-135m", "tiny")):
+        cfg = Config(**{**EMBEDDED, **given})
+    return cfg.derive()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        import report
+        return report.main(argv[1:])
+    cfg = parse_config(argv)
+    import torch
+    import agent, designer, engine, grpo, regret, report
+    from envs import load_pool
+    rank, world = setup_distributed()
+    run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out) / cfg.run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = latest_checkpoint(run_dir) if cfg.resume else None
+    log = report.Log(run_dir, cfg, rank)
+    random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+
+    # --- the model, its two views (trainer + engine), the optimizer ---------------------------------
+    try:
+        model, tokenizer = engine.load_model(str(checkpoint / "model") if checkpoint else cfg.model)
+    except (OSError, ValueError, engine.ModelLoadError) as e:   # an unknown model: one sentence, no trace
+        raise SystemExit(f"spade.py: {e}")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    if world > 1:
+        grpo.shard_model(model)
+    kind = cfg.engine if cfg.engine != "auto" else ("vllm" if device == "cuda" and has_vllm() else "hf")
+    gen = engine.make_engine(model, tokenizer, kind)
+    optimizer = grpo.make_optimizer(model, lr=cfg.lr)
+    ref_model = grpo.frozen_copy(model) if cfg.kl_coef else None
+    sample = lambda t, n: engine.SamplingParams(temperature=t, top_p=cfg.top_p if t == cfg.temperature else 0.9,
+                                                top_k=cfg.top_k if t == cfg.temperature else 0, max_new_tokens=n)
+    agent_params = sample(cfg.temperature, cfg.max_new_tokens)
+    designer_params = sample(cfg.temperature, cfg.designer_max_tokens)
+    hint_params = sample(cfg.hint_temperature, cfg.hint_max_tokens)
+
+    # --- grounding corpus, environment memory, seed pool --------------------------------------------
+    skills = cfg.skill_list()
+    seeds = [e for e in load_pool(ROOT / "envs", validate=False) if e.skill in skills]
+    fixed_pool = load_pool(cfg.pool) if cfg.pool else None
+    words = cfg.corpus_max_words
+    try:
+        corpus = None if cfg.no_corpus or cfg.pool else (
+            designer.load_corpus(cfg.corpus, words, seed=42) if cfg.corpus else designer.builtin_corpus(words, seed=42))
+    except (OSError, ValueError) as e:                  # a missing or empty corpus
+        raise SystemExit(f"spade.py: {e}")
+    memory = None if cfg.no_memory or cfg.pool else designer.EnvMemory(run_dir / "env_memory.json")
+    state = dict(step=0, pool=[], epoch=None, tracker=regret.LearningPotentialTracker(), order=[], rng=random.Random(cfg.seed))
+    if checkpoint:
+        state = restore(checkpoint, optimizer, memory)
+        log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
+    elif memory is not None and not memory.records:
+        memory.seed_from(seeds)
+    log.config()
+    stop = install_sigint_handler()
+
+    for step in range(state["step"], cfg.steps):
+        times, metrics, start = {}, {"step": step}, time.perf_counter()
+        regen = fixed_pool is None and step % cfg.regen_interval == 0
+        designer_batch = []
+        if fixed_pool is not None:                           # baseline: a fixed pool, no designer
+            state["pool"] = next_from_pool(fixed_pool, state, cfg.num_envs)
+        elif regen:
+            # 1. The designer writes a new pool (validated in the sandbox), then a hint per environment,
+            #    then the agent plays each new environment with its hint: R_hint (never trained on).
+            with timer(times, "design"):
+                epoch = step // cfg.regen_interval
+                slots = designer.slots_for_epoch(skills, epoch, cfg.skills_per_regen, cfg.num_envs)
+                new_envs, samples, stats = designer.design(
+                    gen, tokenizer, slots, corpus=corpus, memory=memory, setting=cfg.setting,
+                    params=designer_params, max_attempts=cfg.designer_attempts, rng=state["rng"], rollout_id=step)
+                metrics.update({"designer/valid_rate": stats["num_valid"] / len(slots),
+                                "designer/attempts": stats["num_attempts"]})
+            with timer(times, "hints"):
+                hints = designer.write_hints(gen, tokenizer, new_envs, cfg.setting, hint_params) \
+                    if cfg.designer_reward in ("blend", "regret_based") else []
+                hinted = agent.play(new_envs, gen, tokenizer, cfg.hint_plays, hints or None, params=agent_params,
+                                    seeds=[agent.play_seeds(e.env_id, cfg.hint_plays, "hint") for e in new_envs],
+                                    **play_limits(cfg)) if hints else []
+            # 2. The delayed designer rewards of the finished epoch (D = R): scored now that all its plays are known.
+            designer_batch = score_epoch(state, cfg, regret, num_agent=len(state["pool"]) * cfg.plays_per_env)
+            metrics.update(designer_metrics(designer_batch))
+            topup = state["rng"].sample(seeds, min(len(seeds), max(0, cfg.num_envs - len(new_envs))))
+            if topup:
+                log.print(f"designer: {len(new_envs)}/{cfg.num_envs} valid; topping up the pool with "
+                          f"{len(topup)} seed environments from envs/ (not rewarded to the designer)")
+            state["pool"] = new_envs + topup
+            state["epoch"] = dict(t0=step, envs=new_envs, samples=samples, hints=hints,
+                                  hinted=group_rewards(hinted), window={e.env_id: [] for e in new_envs},
+                                  timeouts=set(), hinted_episodes=hinted)
+        # 3. The agent plays every pool environment K times (trained); advantages z-scored per environment.
+        with timer(times, "play"):
+            episodes = agent.play(state["pool"], gen, tokenizer, cfg.plays_per_env, params=agent_params,
+                                  seeds=[agent.play_seeds(e.env_id, cfg.plays_per_env, step) for e in state["pool"]],
+                                  stats=(play_stats := {}), **play_limits(cfg))
+        rewards = group_rewards(episodes)
+        agent_samples = [grpo.Sample(e.tokens, e.loss_mask, e.logprobs, a)
+                         for e, a in zip(episodes, episode_advantages(episodes, regret)) if any(e.loss_mask)]
+        epoch = state["epoch"]
+        if epoch is not None:                                # accumulate the epoch's unhinted rewards per env
+            for env_id, window in epoch["window"].items():
+                window.append(rewards.get(env_id, []))
+            epoch["timeouts"] |= {e.env_id for e in episodes if e.error and e.error.startswith("timeout")}
+        # 4. Memory records each new environment with its win rate and regret at the regen step.
+        if regen:
+            scores = {}
+            for env in epoch["envs"]:
+                step0, hinted_env = rewards.get(env.env_id, []), epoch["hinted"].get(env.env_id, [])
+                raw = regret.mean_reward(hinted_env) - regret.mean_reward(step0) if hinted_env else 0.0
+                scores[env.env_id] = dict(win_rate=regret.win_rate(step0), regret=raw)
+                if memory is not None:
+                    memory.add(env.env_id, env.skill, env.code, regret.win_rate(step0), raw, step)
+            if memory is not None:
+                memory.save()
+            metrics.update(log.samples(step, epoch, episodes, scores))
+        if step == cfg.steps - 1 and fixed_pool is None and not regen:   # final flush (METHOD 6.2 step 5)
+            designer_batch = score_epoch(state, cfg, regret, num_agent=len(episodes))
+            metrics.update(designer_metrics(designer_batch))
+        # 5. One PPO-clip + TIS update on designer and agent samples together, then push the weights.
+        batch = ([] if cfg.no_designer_training else [s for s, _ in designer_batch]) + agent_samples
+        with timer(times, "update"):
+            gen.sleep()
+            update = grpo.update(model, optimizer, grpo.samples_for_rank(batch, rank, world),
+                                 micro_token_budget=cfg.micro_token_budget, temperature=cfg.temperature,
+                                 kl_coef=cfg.kl_coef, ref_model=ref_model) if batch else {}
+            grpo.push_weights(model, gen)
+        # 6. Log one line; save a checkpoint every N steps, at the end, and on Ctrl-C.
+        state["step"] = step + 1
+        metrics.update(step_metrics(episodes, rewards, update, play_stats, times, start))
+        log.step(metrics)
+        if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stop.is_set():
+            save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank)
+        if stop.is_set():
+            log.print(f"interrupted: saved step {state['step']}; continue with --resume {run_dir}")
+            return
+    if rank == 0:
+        report.main([str(run_dir)])
+
+
+# --- the phases' small helpers -------------------------------------------------------------------
+def play_limits(cfg):
+    return dict(max_turns=cfg.max_turns, max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens)
+
+
+def group_rewards(episodes):
+    groups = defaultdict(list)
+    for episode in episodes:
+        groups[episode.env_id].append(episode.reward)
+    return dict(groups)
+
+
+def episode_advantages(episodes, regret):
+    """Per-environment z-scores (METHOD 6.1). An environment whose plays all scored the same gives
+    zeros: GRPO learns nothing from a group without contrast, which is why the designer is paid to
+    keep win rates inside the band."""
+    advantages, order = {}, defaultdict(list)
+    for i, episode in enumerate(episodes):
+        order[episode.env_id].append(i)
+    for indices in order.values():
+        for i, a in zip(indices, regret.agent_advantages([episodes[i].reward for i in indices])):
+            advantages[i] = a
+    return [advantages[i] for i in range(len(episodes))]
+
+
+def score_epoch(state, cfg, regret, num_agent):
+    """The finished epoch's designer samples with their advantages: [(grpo.Sample, raw x)]."""
+    import grpo
+    epoch, state["epoch"] = state["epoch"], None
+    if not epoch or not epoch["samples"]:
+        return []
+    outcomes = [regret.EnvOutcome(s.skill, epoch["window"][s.env_id], epoch["hinted"].get(s.env_id, []),
+                                  s.env_id in epoch["timeouts"]) for s in epoch["samples"]]
+    raw, advantages = regret.score_designer_batch(cfg.designer_reward, outcomes, num_agent=num_agent,
+                                                  regen_interval=cfg.regen_interval, tracker=state["tracker"])
+    return [(grpo.Sample(s.tokens, s.loss_mask, s.logprobs, a), x)
+            for s, x, a in zip(epoch["samples"], raw, advantages) if a is not None]
+
+
+def designer_metrics(batch):
+    return {"designer/reward": sum(x for _, x in batch) / len(batch), "designer/samples": len(batch)} if batch else {}
+
+
+def next_from_pool(pool, state, n):
+    """Fixed-pool baseline: n environments without replacement, reshuffled when exhausted."""
+    chosen = []
+    while len(chosen) < min(n, len(pool)):
+        if not state["order"]:
+            state["order"] = list(range(len(pool)))
+            state["rng"].shuffle(state["order"])
+        chosen.append(pool[state["order"].pop()])
+    return chosen
+
+
+def step_metrics(episodes, rewards, update, play_stats, times, start):
+    win_rates = [sum(r > 0 for r in rs) / len(rs) for rs in rewards.values() if rs]
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "agent/reward": sum(e.reward for e in episodes) / max(1, len(episodes)),
+            "agent/error_rate": sum(e.status == "error" for e in episodes) / max(1, len(episodes)),
+            "agent/band_share": sum(0.2 <= w <= 0.8 for w in win_rates) / max(1, len(win_rates)),
+            "tokens_per_s": play_stats.get("num_generated_tokens", 0) / max(1e-9, times.get("play", 0.0)),
+            **{f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))},
+            **{f"time/{k}": v for k, v in times.items()}}
+
+
+class timer:
+    def __init__(self, times, name):
+        self.times, self.name = times, name
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.times[self.name] = self.times.get(self.name, 0.0) + time.perf_counter() - self.start
+
+
+def install_sigint_handler():
+    """First Ctrl-C: finish this step, checkpoint, exit. Second Ctrl-C: stop at once."""
+    import signal
+    import threading
+    stop = threading.Event()
+
+    def handler(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to abort)", flush=True)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def setup_distributed():
+    if "RANK" not in os.environ:
+        return 0, 1
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def has_vllm():
+    import importlib.util
+    return importlib.util.find_spec("vllm") is not None
+
+
+# --- checkpoints: written aside, then renamed into place, so a kill never leaves half of one -------
+def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank):
+    import torch
+    full_state = grpo_full_state_dict(model)          # a collective under FSDP2: every rank calls it
+    if rank != 0:
+        return
+    name = f"ckpt-{state['step']:05d}"
+    tmp = run_dir / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "model", state_dict=full_state)
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save({"optimizer": optimizer.state_dict(), "state": state, "python_rng": random.getstate(),
+                "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+    (tmp / "env_memory.json").write_text(json.dumps(memory.records if memory else []))
+    shutil.rmtree(run_dir / name, ignore_errors=True)
+    os.replace(tmp, run_dir / name)
+    pointer = run_dir / ".latest.tmp"
+    pointer.write_text(json.dumps({"checkpoint": name, "step": state["step"], "config": dataclasses.asdict(cfg)}))
+    os.replace(pointer, run_dir / "latest")
+    for old in sorted(run_dir.glob("ckpt-*"))[:-2]:   # keep the last two
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def grpo_full_state_dict(model):
+    """None in one process (save_pretrained reads the model); the gathered state dict under FSDP2."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def latest_checkpoint(run_dir):
+    return run_dir / json.loads((run_dir / "latest").read_text())["checkpoint"]
+
+
+def restore(checkpoint, optimizer, memory):
+    """Optimizer, loop state, RNGs and environment memory as they were when the checkpoint was saved."""
+    import torch
+    saved = torch.load(checkpoint / "state.pt", weights_only=False)   # our own file, written above
+    optimizer.load_state_dict(saved["optimizer"])
+    random.setstate(saved["python_rng"])
+    torch.set_rng_state(saved["torch_rng"])
+    if memory is not None:
+        memory.records = json.loads((checkpoint / "env_memory.json").read_text())
+        memory.save()
+    return saved["state"]
+
+
+if __name__ == "__main__":
+    main()
