@@ -1,0 +1,430 @@
+"""The Reasoning Agent: batched multi-turn play of many environments at once (METHOD.md 4 and 5).
+
+    episodes = play(pool, engine, tokenizer, plays_per_env=8,
+                    params=SamplingParams(temperature=0.6, top_p=0.95, top_k=20),
+                    seeds=[play_seeds(env.env_id, 8, salt=step) for env in pool])
+
+All plays of all environments advance together: every turn makes one batched `engine.generate` call
+for every live episode, then carries each reply to that episode's own `sandbox.EnvSandbox` (a small
+thread pool waits on the sandbox processes in parallel). Games act through `\\boxed{...}`;
+environments with tools are played with native tool calls and a final `<answer>...</answer>`.
+
+Token-in/token-out: an episode is ONE token sequence and is never re-tokenised. It is the chat
+template of the first message(s) (loss mask 0), then each turn's generated tokens exactly as the
+engine returned them (mask 1, with their sampling log-probs, the final EOS included), then the
+template delta of the messages that follow (mask 0, log-prob 0.0). The delta is the text the chat
+template puts after an assistant turn's end-of-turn token up to the next generation prompt, found by
+rendering a placeholder turn followed by the new messages and tokenising only that suffix. The
+generated EOS stands for the template's end-of-turn token, so a turn that ends by length has no
+place to attach a delta: it ends the episode (truncated), as METHOD.md 4.1 says anyway.
+
+Choices where the official code differs or is silent (METHOD.md 13.3):
+- seeds: `play_seeds` gives explicit per-play seeds; spade.py passes them to BOTH arms (hinted and
+  unhinted), where the official code seeds only hinted plays. `seeds=None` resets without a seed.
+- hinted plays run exactly the loop of unhinted plays (the official re-tokenises them and skips the
+  EOS and context checks); only the first observation differs.
+- an empty `\\boxed{}` counts as no box (the model often echoes the instruction's `\\boxed{}`).
+- a SandboxError anywhere (load, reset, step, tool call) ends that episode with reward -1, status
+  "error" and the reason; the tokens up to that point are kept, and spade.py decides whether to train.
+- per-episode budgets: one generate call per distinct per-turn budget; that is one call per turn
+  until some episode comes within `max_new_tokens + 64` tokens of the context cap.
+
+Not here: the thinking-mode per-turn fan-out (METHOD.md 4.2), retries of failed plays, the compact
+filter (a function of `status`, applied by spade.py).
+"""
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+import sandbox
+
+# The first message of a game (METHOD.md 4.1): a framing sentence, the observation, the instruction.
+GAME_FRAMING = "You are playing a text game: make valid moves, one per turn, to reach the goal and win."
+GAME_INSTRUCTION = "Reason step by step, and put your move for this turn within \\boxed{}."
+TOOL_CALL_REMINDER = ("(Your tool call could not be parsed. Write each call exactly as "
+                      '<tool_call>{"name": "<tool name>", "arguments": {"<parameter>": <value>}}</tool_call> '
+                      "and give the final answer as <answer>...</answer>.)")
+CONTEXT_MARGIN = 64   # METHOD 4.1: stop when the context left is <= 64; per-turn budget = left - 64
+# Stands in for a generated turn when the chat template renders what follows it; random per process,
+# so no observation (written by environment code in another process) can contain it.
+_TURN_PLACEHOLDER = f"<turn-{uuid.uuid4().hex}>"
+
+
+@dataclass
+class Episode:
+    """One play of one environment: the training sequence, the outcome and the transcript."""
+    env_id: str
+    skill: str
+    hinted: bool
+    seed: int | None                      # passed to reset(); None = reset() without a seed
+    tokens: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)     # 1 on tokens the model generated
+    logprobs: list[float] = field(default_factory=list)    # engine log-prob where mask is 1, else 0.0
+    reward: float = 0.0                   # clip(last step reward, -1, 1) if terminated, else 0; -1 on error
+    status: str = "running"               # "terminated" | "truncated" | "error" once play() returns
+    num_turns: int = 0                    # assistant turns generated
+    error: str | None = None              # "<SandboxError kind>: <message>" when status == "error"
+    messages: list[dict] = field(default_factory=list)     # chat transcript (ends with the last observation)
+    num_generated_tokens: int = 0
+
+
+def play_seeds(env_id, n, salt=0):
+    """`n` reset seeds in [0, 2**31) for the plays of one environment, the same in every process
+    (sha256, unlike Python's salted `hash`). Salt with the step so steps see fresh instances.
+
+    >>> play_seeds("game_00001_000_optimization", 2, salt=3) == play_seeds("game_00001_000_optimization", 2, salt=3)
+    True
+    """
+    digest = lambda i: hashlib.sha256(f"{salt}/{env_id}/{i}".encode()).digest()
+    return [int.from_bytes(digest(i)[:4], "big") % 2**31 for i in range(n)]
+
+
+def game_prompt(observation):
+    """The first user message of a game: framing, `Observation: ...`, instruction (METHOD.md 4.1)."""
+    return f"{GAME_FRAMING}\nObservation: {observation}\n{GAME_INSTRUCTION}"
+
+
+# ---- parsing (pure functions) -------------------------------------------------------------------
+
+# The simple forms \boxed{x}, \boxed{{x}}, \boxed{{{x}}} with no braces inside x (widest form first).
+_SIMPLE_BOXED = re.compile(r"\\boxed(?:\{\{\{([^{}]+)\}\}\}|\{\{([^{}]+)\}\}|\{([^{}]+)\})")
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_XML_FUNCTION = re.compile(r"<function=([^>]+)>(.*?)</function>", re.DOTALL)
+_XML_PARAMETER = re.compile(r"<parameter=([^>]+)>(.*?)</parameter>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>.*?</answer>", re.DOTALL)
+_BRACE = re.compile(r"[{}]")
+
+
+def _closing_brace(text, start):
+    """Index of the `}` matching the `{` at text[start], or None if it never closes."""
+    depth = 0
+    for brace in _BRACE.finditer(text, start):   # visits only the braces, not every character
+        depth += 1 if brace.group() == "{" else -1
+        if depth == 0:
+            return brace.start()
+    return None
+
+
+def extract_boxed(text):
+    """The command inside `\\boxed{...}` (METHOD.md 4.1), or None when there is no (non-empty) box.
+
+    The first simple `\\boxed{x}` / `\\boxed{{x}}` / `\\boxed{{{x}}}` wins; otherwise the
+    brace-balanced content of the LAST `\\boxed{`, with up to two enclosing brace pairs stripped.
+
+    >>> extract_boxed("try \\\\boxed{probe A 5} then \\\\boxed{open}")
+    'probe A 5'
+    >>> extract_boxed("\\\\boxed{{open}}"), extract_boxed("\\\\boxed{{{{a}, {b}}}}")
+    ('open', '{a}, {b}')
+    >>> extract_boxed("no box"), extract_boxed("\\\\boxed{}")
+    (None, None)
+    """
+    match = _SIMPLE_BOXED.search(text)
+    if match:
+        content = next(group for group in match.groups() if group is not None)
+    else:
+        start = text.rfind("\\boxed{")
+        end = _closing_brace(text, start + len("\\boxed")) if start >= 0 else None
+        if end is None:
+            return None
+        content = text[start + len("\\boxed") + 1:end]
+        for _ in range(2):   # strip a pair only if it encloses everything: "{a}, {b}" keeps its braces
+            if content.startswith("{") and _closing_brace(content, 0) == len(content) - 1:
+                content = content[1:-1]
+    return content.strip() or None
+
+
+def game_action(text):
+    """What a game's step() receives: `\\boxed{<content>}`, or the whole stripped reply if unboxed."""
+    content = extract_boxed(text)
+    return f"\\boxed{{{content}}}" if content is not None else text.strip()
+
+
+def _json_or_text(value):
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):   # RecursionError: a reply of 100k "[" must not end the run
+        return value
+
+
+def _parse_call(block):
+    """One <tool_call> body as {"name", "arguments"}, XML form first, then JSON; None if malformed."""
+    function = _XML_FUNCTION.search(block)
+    if function:   # <function=name><parameter=k>v</parameter>...</function> (Qwen3-Coder style)
+        arguments = {key.strip(): _json_or_text(value.strip("\n"))
+                     for key, value in _XML_PARAMETER.findall(function.group(2))}
+        return {"name": function.group(1).strip(), "arguments": arguments}
+    call = _json_or_text(block)
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"].strip():
+        return None
+    arguments = call.get("arguments", call.get("parameters", {}))
+    if isinstance(arguments, str):   # some models encode the arguments object as a JSON string
+        arguments = _json_or_text(arguments) if arguments.strip() else {}
+    if arguments is None:
+        arguments = {}
+    return {"name": call["name"].strip(), "arguments": arguments} if isinstance(arguments, dict) else None
+
+
+def parse_tool_calls(text):
+    """Every well-formed `<tool_call>...</tool_call>` block, in order (METHOD.md 4.3).
+
+    >>> parse_tool_calls('<tool_call>{"name": "f", "arguments": "{\\\\"x\\\\": 1}"}</tool_call><|im_end|>')
+    [{'name': 'f', 'arguments': {'x': 1}}]
+    >>> parse_tool_calls("<tool_call><function=f><parameter=x>\\n2\\n</parameter></function></tool_call>")
+    [{'name': 'f', 'arguments': {'x': 2}}]
+    """
+    text = text.rstrip()
+    if text.endswith("<|im_end|>"):
+        text = text[:-len("<|im_end|>")]
+    calls = (_parse_call(block.strip()) for block in _TOOL_CALL.findall(text))
+    return [call for call in calls if call is not None]
+
+
+def parse_tool_turn(text):
+    """What a tool-use reply does: ("answer", []) -- an <answer> wins over tool calls in the same
+    reply --, ("tool_calls", calls), ("malformed", []) when <tool_call> text parses to nothing, or
+    ("plain", []). Answers, malformed and plain replies all go to env.step(reply).
+
+    >>> parse_tool_turn('<tool_call>{"name": "f"}</tool_call><answer>done</answer>')
+    ('answer', [])
+    """
+    if _ANSWER.search(text):
+        return "answer", []
+    calls = parse_tool_calls(text)
+    if calls:
+        return "tool_calls", calls
+    return ("malformed" if "<tool_call>" in text else "plain"), []
+
+
+# ---- one episode's environment side (runs in the thread pool) ----------------------------------
+
+@dataclass
+class _Play:
+    """An episode in flight: its sandbox, its tools (None for a game), what the env said last."""
+    episode: Episode
+    code: str
+    hint: str | None
+    box: sandbox.EnvSandbox | None = None
+    tools: list[dict] | None = None
+    new_messages: list[dict] = field(default_factory=list)   # to append before the next turn
+    turn_start: int = 0                   # where the current turn's generated tokens begin
+
+
+def _end(play_, status, reward=0.0, error=None):
+    play_.episode.status, play_.episode.reward, play_.episode.error = status, reward, error
+
+
+def _start(play_, timeout_s):
+    """Open the sandbox, reset it, and write the first user message (hint appended, METHOD.md 5)."""
+    try:
+        play_.box = sandbox.EnvSandbox(play_.code, timeout_s=timeout_s)
+        observation, _ = play_.box.reset(seed=play_.episode.seed)
+        play_.tools = play_.box.tools() or None
+    except sandbox.SandboxError as e:
+        return _end(play_, "error", -1.0, f"{e.kind}: {e.message}")
+    if play_.hint is not None:
+        observation = f"{observation}\n\nHINT: {play_.hint}"
+    # Tool use: the raw observation, tools go to the chat template (METHOD.md 4.3).
+    play_.episode.messages.append(
+        {"role": "user", "content": observation if play_.tools else game_prompt(observation)})
+
+
+def _act(play_, text):
+    """Carry one reply to the environment: append what comes back to the transcript (and to
+    `new_messages`, which become the next template delta) or end the episode."""
+    kind, calls = ("game", []) if play_.tools is None else parse_tool_turn(text)
+    play_.new_messages = []
+    try:
+        if kind == "tool_calls":   # well-formed calls bypass step(): they do not advance turn_count
+            play_.new_messages = [{"role": "tool", "name": call["name"],
+                                   "content": play_.box.call_tool(call["name"], call["arguments"])}
+                                  for call in calls]
+        else:
+            observation, reward, terminated, truncated, _ = play_.box.step(
+                game_action(text) if kind == "game" else text)
+    except sandbox.SandboxError as e:
+        return _end(play_, "error", -1.0, f"{e.kind}: {e.message}")
+    if kind == "malformed":   # METHOD 4.3: keep the tokens but out of the loss, and show the format
+        episode, start = play_.episode, play_.turn_start
+        episode.loss_mask[start:] = [0] * (len(episode.tokens) - start)
+        episode.logprobs[start:] = [0.0] * (len(episode.tokens) - start)
+        observation = f"{observation}\n\n{TOOL_CALL_REMINDER}"
+    if kind != "tool_calls":
+        play_.new_messages = [{"role": "user", "content": observation}]
+        if terminated:   # only the final reward of a terminated episode counts (METHOD.md 1.1, 4.1)
+            _end(play_, "terminated", max(-1.0, min(1.0, reward)))
+        elif truncated:
+            _end(play_, "truncated")
+    play_.episode.messages += play_.new_messages
+
+
+def _record(play_, completion, text):
+    """Append a generated turn: its tokens exactly as generated (mask 1, engine log-probs)."""
+    episode = play_.episode
+    play_.turn_start = len(episode.tokens)
+    _extend(episode, list(completion.token_ids), 1, list(completion.logprobs))
+    episode.num_turns += 1
+    episode.num_generated_tokens += len(completion.token_ids)
+    episode.messages.append({"role": "assistant", "content": text})
+
+
+# ---- token bookkeeping ---------------------------------------------------------------------------
+
+def _render(tokenizer, messages, tools, add_generation_prompt):
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                         add_generation_prompt=add_generation_prompt)
+
+
+def _delta_text(tokenizer, messages, num_new, tools, end_texts):
+    """The template text between the end-of-turn token of the last assistant message (which the
+    model generated itself, as its EOS) and the next generation prompt, inclusive of the latter.
+
+    Only the first message stands for the history: what a chat template writes after a turn depends
+    on the messages after it, not on the turns before (true of the ChatML family: Qwen, SmolLM), and
+    it keeps the cost of a turn flat over 25 turns. tests/test_agent.py checks the result against
+    rendering the whole transcript."""
+    first, new = messages[:1], messages[-num_new:]
+    assert len(messages) >= num_new + 2 and messages[-num_new - 1]["role"] == "assistant"
+    text = _render(tokenizer, [*first, {"role": "assistant", "content": _TURN_PLACEHOLDER}, *new], tools, True)
+    assert text.count(_TURN_PLACEHOLDER) == 1, "the chat template dropped or repeated an assistant turn"
+    tail = text[text.index(_TURN_PLACEHOLDER) + len(_TURN_PLACEHOLDER):]
+    end = max((end for end in end_texts if tail.startswith(end)), key=len, default=None)   # "<|im_end|>", not "<"
+    assert end is not None, (f"the chat template ends an assistant turn with {tail[:40]!r}, which does not "
+                             f"start with an EOS token {end_texts}: token-in/token-out needs it to")
+    return tail[len(end):]
+
+
+def _encode(tokenizer, texts):
+    """Token ids of each text, with no special tokens added (the template wrote them)."""
+    return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+
+def _extend(episode, token_ids, mask, logprobs=None):
+    episode.tokens += token_ids
+    episode.loss_mask += [mask] * len(token_ids)
+    episode.logprobs += logprobs if logprobs is not None else [0.0] * len(token_ids)
+
+
+def _generate(engine, tokenizer, live, params, max_new_tokens, max_context, timings):
+    """One turn of every live episode, recorded; returns (play, reply text) for the replies that
+    ended on EOS and truncates the others (METHOD 4.1). Each episode's budget is
+    min(max_new_tokens, context left - 64); one engine call per distinct budget, normally one."""
+    budgets = [min(max_new_tokens, max_context - len(p.episode.tokens) - CONTEXT_MARGIN) for p in live]
+    completions = [None] * len(live)
+    for budget in sorted(set(budgets), reverse=True):
+        index = [i for i, b in enumerate(budgets) if b == budget]
+        tick = time.perf_counter()
+        batch = engine.generate([live[i].episode.tokens for i in index],
+                                dataclasses.replace(params, max_new_tokens=budget))
+        timings["generate_s"] += time.perf_counter() - tick
+        timings["num_generate_calls"] += 1
+        assert len(batch) == len(index), f"engine returned {len(batch)} completions for {len(index)} prompts"
+        for i, completion in zip(index, batch):
+            assert len(completion.token_ids) == len(completion.logprobs) <= budget, "bad completion lengths"
+            completions[i] = completion
+    stopped = [c.finish_reason == "stop" for c in completions]
+    assert all(c.token_ids[-1] in engine.eos_token_ids for c, stop in zip(completions, stopped) if stop), \
+        "a completion that finished by 'stop' must end with an EOS token"
+    texts = tokenizer.batch_decode([c.token_ids[:-1] if stop else c.token_ids for c, stop in zip(completions, stopped)],
+                                   skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    for p, completion, stop, text in zip(live, completions, stopped, texts):
+        _record(p, completion, text)
+        if not stop:   # hit its token budget without EOS
+            _end(p, "truncated")
+    return [(p, text) for p, stop, text in zip(live, stopped, texts) if stop]
+
+
+def _append_deltas(tokenizer, live, end_texts):
+    """The template delta of each episode's new messages, tokenised in one batch. Mask 0: the
+    environment and the template wrote these tokens, not the policy."""
+    deltas = [_delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) for p in live]
+    for p, token_ids in zip(live, _encode(tokenizer, deltas)):
+        _extend(p.episode, token_ids, 0)
+
+
+# ---- the batched loop -----------------------------------------------------------------------------
+
+def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=None, max_turns=25,
+         max_context=32768, max_new_tokens=8192, timeout_s=30.0, progress=False, stats=None,
+         num_workers=None):
+    """Play every environment `plays_per_env` times; return the episodes, env-major
+    (all plays of envs[0], then envs[1], ...).
+
+    envs: objects with .env_id, .skill, .code. hints: None (unhinted) or one hint string per env.
+    seeds: None or, per env, a list of `plays_per_env` reset seeds (see `play_seeds`).
+    params: engine.SamplingParams (its max_new_tokens is replaced per turn; a set seed advances by
+    one per turn so turns do not replay one random stream). stats: an optional dict that receives
+    wall_s, generate_s, env_s, num_generate_calls, num_episodes, num_generated_tokens.
+    num_workers: threads that wait on the sandboxes (default 4 per core, at most 32).
+    Never raises for environment failures; a bug in the engine or tokenizer does raise.
+    """
+    assert hints is None or (len(hints) == len(envs) and all(isinstance(h, str) for h in hints)), \
+        "hints must be None or one string per environment"
+    assert seeds is None or (len(seeds) == len(envs) and all(len(s) == plays_per_env for s in seeds)), \
+        "seeds must be None or, per environment, a list of plays_per_env seeds"
+    started = time.perf_counter()
+    timings = {"generate_s": 0.0, "env_s": 0.0, "num_generate_calls": 0}
+    end_texts = sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
+    plays = [_Play(Episode(env.env_id, env.skill, hints is not None, seeds[i][k] if seeds else None),
+                   env.code, hints[i] if hints else None)
+             for i, env in enumerate(envs) for k in range(plays_per_env)]
+    running = lambda: [p for p in plays if p.episode.status == "running"]
+
+    def in_pool(function, args):   # sandbox calls wait on child processes: overlap them
+        tick = time.perf_counter()
+        if args:
+            list(pool.map(function, *zip(*args)))
+        timings["env_s"] += time.perf_counter() - tick
+
+    def release_finished():   # close finished episodes' sandboxes in the background, during generate
+        for p in plays:
+            if p.episode.status != "running" and p.box is not None:
+                pool.submit(p.box.close)
+                p.box = None
+
+    # Threads mostly wait on sandbox processes, so more of them than cores helps (2 cores: 8 > 2).
+    pool = ThreadPoolExecutor(num_workers or min(32, 4 * (os.cpu_count() or 1)))
+    bar = tqdm(total=len(plays), desc="agent play", disable=not progress)
+    try:
+        in_pool(_start, [(p, timeout_s) for p in plays])
+        prompts = [_render(tokenizer, p.episode.messages, p.tools, True) for p in running()]
+        for p, token_ids in zip(running(), _encode(tokenizer, prompts)):
+            _extend(p.episode, token_ids, 0)
+        for turn in range(max_turns):
+            for p in running():   # METHOD 4.1: no room left for a useful turn
+                if max_context - len(p.episode.tokens) <= CONTEXT_MARGIN:
+                    _end(p, "truncated")
+            release_finished()
+            bar.update(len(plays) - len(running()) - bar.n)
+            if not running():
+                break
+            turn_params = params if params.seed is None else dataclasses.replace(params, seed=params.seed + turn)
+            replies = _generate(engine, tokenizer, running(), turn_params, max_new_tokens, max_context, timings)
+            in_pool(_act, replies)
+            if turn == max_turns - 1:   # the agent's turn cap (METHOD 4.1: TIMEOUT -> truncated)
+                for p in running():
+                    _end(p, "truncated")
+            _append_deltas(tokenizer, running(), end_texts)
+        bar.update(len(plays) - bar.n)
+    finally:   # close every sandbox, also when the engine or the tokenizer raised
+        bar.close()
+        for p in plays:
+            if p.box is not None:
+                pool.submit(p.box.close)
+        pool.shutdown(wait=True)
+
+    episodes = [p.episode for p in plays]
+    for e in episodes:
+        assert e.status != "running" and len(e.tokens) == len(e.loss_mask) == len(e.logprobs)
+        assert not e.loss_mask or e.loss_mask[0] == 0, "the first token must never be trained on"
+    if stats is not None:
+        stats.update(timings, wall_s=time.perf_counter() - started, num_episodes=len(episodes),
+                     num_generated_tokens=sum(e.num_generated_tokens for e in episodes))
+    return episodes

@@ -1,0 +1,371 @@
+"""agent.py: the parsing rules of METHOD.md 4.1 / 4.3 by hand, then whole episodes.
+
+Whole episodes run against real sandboxes with two kinds of engine: `ScriptedEngine`, a TEST DOUBLE
+that replies with fixed texts (so masks, log-probs, rewards and statuses can be checked exactly),
+and real models (the random `tiny` one here, SmolLM2-135M in the slow test), which check that the
+plumbing runs and the invariants hold, not that they win. Environments are the two examples of
+METHOD.md 1.4 (shared/examples beside the repository, as in test_sandbox.py).
+"""
+import pathlib
+import re
+import pytest
+import torch
+
+import engine
+import sandbox
+from envs import Environment
+from agent import (GAME_FRAMING, TOOL_CALL_REMINDER, extract_boxed, game_action, game_prompt,
+                   parse_tool_calls, parse_tool_turn, play, play_seeds)
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "examples"
+PARAMS = engine.SamplingParams(temperature=1.0)
+
+
+# ---- \boxed{} extraction (METHOD.md 4.1)
+
+@pytest.mark.parametrize("text, expected", [
+    ("\\boxed{probe A 5}", "probe A 5"),
+    ("I think \\boxed{ open }.", "open"),                                 # surrounding space stripped
+    ("\\boxed{{open}}", "open"),                                          # double braces
+    ("\\boxed{{{open}}}", "open"),                                        # triple braces
+    ("first \\boxed{probe A 1} then \\boxed{open}", "probe A 1"),         # the first simple box wins
+    ("\\boxed{f(x)={1,2}}", "f(x)={1,2}"),                                 # nested: balanced content
+    ("\\boxed{a{b}} and later \\boxed{c{d}}", "c{d}"),                    # no simple box: the LAST box
+    ("\\boxed{{{a}, {b}}}", "{a}, {b}"),                                   # one enclosing pair stripped
+    ("\\boxed{{{x}}{y}}", "{{x}}{y}"),                                     # outer braces not a pair: kept
+    ("\\boxed{{{{x}}{y}}}", "{{x}}{y}"),                                 # one pair encloses, the next not
+    ("\\boxed{{{{x}}}}", "{x}"),                                         # at most two pairs stripped
+    ("\\boxed{a{b}} then \\boxed{x}", "x"),                               # a simple box beats an earlier nested one
+    ("no box here", None),
+    ("\\boxed{}", None),                                                   # empty box = no box
+    ("echoing \\boxed{} then \\boxed{open}", "open"),
+    ("\\boxed{unclosed {", None),                                          # the last box never closes
+    ("\\boxed{two\nlines}", "two\nlines"),
+])
+def test_extract_boxed(text, expected):
+    assert extract_boxed(text) == expected
+
+
+def test_game_action_normalises_the_box_or_passes_the_stripped_reply():
+    assert game_action("So: \\boxed{{probe B 3}}") == "\\boxed{probe B 3}"
+    assert game_action("  probe B 3\n") == "probe B 3"
+
+
+def test_game_prompt_has_three_lines_with_the_observation_in_the_middle():
+    lines = game_prompt("Dials: A=0").split("\n")
+    assert lines[0] == GAME_FRAMING and lines[1] == "Observation: Dials: A=0" and "\\boxed{}" in lines[2]
+
+
+# ---- tool calls (METHOD.md 4.3)
+
+def test_tool_call_json_form():
+    text = 'Let me look.\n<tool_call>\n{"name": "find_parcel", "arguments": {"recipient": "bo"}}\n</tool_call>'
+    assert parse_tool_calls(text) == [{"name": "find_parcel", "arguments": {"recipient": "bo"}}]
+
+
+def test_tool_call_parameters_key_and_string_encoded_arguments():
+    assert parse_tool_calls('<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>') == \
+        [{"name": "f", "arguments": {"a": 1}}]
+    assert parse_tool_calls('<tool_call>{"name": "f", "arguments": "{\\"a\\": [1, 2]}"}</tool_call>') == \
+        [{"name": "f", "arguments": {"a": [1, 2]}}]
+    assert parse_tool_calls('<tool_call>{"name": "f"}</tool_call>') == [{"name": "f", "arguments": {}}]
+
+
+def test_tool_call_xml_form_decodes_json_values_when_it_can():
+    text = ("<tool_call>\n<function=reroute>\n<parameter=parcel_id>\nP105\n</parameter>\n"
+            "<parameter=count>\n3\n</parameter>\n<parameter=flags>\n{\"fast\": true}\n</parameter>\n"
+            "</function>\n</tool_call>")
+    assert parse_tool_calls(text) == [{"name": "reroute",
+                                       "arguments": {"parcel_id": "P105", "count": 3, "flags": {"fast": True}}}]
+
+
+def test_multiple_tool_calls_in_order_and_trailing_im_end():
+    text = ('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n'
+            '<tool_call><function=b><parameter=x>y</parameter></function></tool_call><|im_end|>')
+    assert parse_tool_calls(text) == [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": "y"}}]
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>{"name": "f", "arguments": {"a": 1}</tool_call>',          # bad JSON
+    '<tool_call>{"arguments": {"a": 1}}</tool_call>',                      # no name
+    '<tool_call>{"name": "f", "arguments": [1, 2]}</tool_call>',           # arguments not an object
+    '<tool_call>{"name": "f", "arguments": "not json"}</tool_call>',
+    '<tool_call>["f"]</tool_call>',
+    '<tool_call>{"name": "f", "arguments": {}}',                           # never closed
+    "no call at all",
+])
+def test_malformed_tool_calls_parse_to_nothing(text):
+    assert parse_tool_calls(text) == []
+
+
+def test_a_malformed_block_does_not_hide_a_good_one():
+    text = '<tool_call>{oops}</tool_call><tool_call>{"name": "g", "arguments": {}}</tool_call>'
+    assert parse_tool_calls(text) == [{"name": "g", "arguments": {}}]
+
+
+def test_tool_turn_kinds_and_answer_precedence():
+    call = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert parse_tool_turn(call + " <answer>done</answer>") == ("answer", [])     # the answer wins
+    assert parse_tool_turn(call) == ("tool_calls", [{"name": "f", "arguments": {}}])
+    assert parse_tool_turn("<tool_call>{broken</tool_call>") == ("malformed", [])
+    assert parse_tool_turn("<tool_call> never closed") == ("malformed", [])
+    assert parse_tool_turn("I am not sure.") == ("plain", [])
+    assert parse_tool_turn("<answer>unclosed") == ("plain", [])
+
+
+def test_play_seeds_are_stable_distinct_and_salted():
+    seeds = play_seeds("vault", 16, salt=0)
+    assert seeds == play_seeds("vault", 16, salt=0) and len(set(seeds)) == 16
+    assert all(0 <= s < 2**31 for s in seeds)
+    assert seeds[:4] == play_seeds("vault", 4, salt=0)             # a prefix does not depend on n
+    assert play_seeds("vault", 4, salt=1) != seeds[:4] and play_seeds("dial", 4) != seeds[:4]
+    assert seeds[:2] == [1676061320, 404888037]                     # sha256: the same in every process
+
+
+# ---- whole episodes with a scripted engine (a test double) and real sandboxes
+
+def example(name):
+    skill = {"vault_dial": "Logical Deduction", "parcel_desk": "Multi-Step Workflows"}[name]
+    return Environment(name, skill, (EXAMPLES / f"{name}.py").read_text())
+
+
+def tools_of(env, seed=0):
+    with sandbox.EnvSandbox(env.code) as box:
+        box.reset(seed=seed)
+        return box.tools()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """(engine, tokenizer) of the random tiny model; the scripted tests use only its tokenizer."""
+    model, tokenizer = engine.load_model("tiny", device="cpu")
+    return engine.make_engine(model, tokenizer, kind="hf"), tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    return tiny[1]
+
+
+class ScriptedEngine:
+    """TEST DOUBLE for an engine: instead of sampling, `reply(prompt_text)` says what to write.
+
+    Each completion is the reply tokenised + EOS, with log-probs -0.001, -0.002, ... (distinct, so
+    their alignment with the tokens can be checked); a reply longer than the budget is cut there
+    and finishes by "length", as a real engine would. Records (batch size, budget) per call."""
+
+    def __init__(self, tokenizer, reply):
+        self.tokenizer, self.reply, self.calls, self.replies = tokenizer, reply, [], []
+        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.eos_token_ids = {self.eos}
+
+    def generate(self, prompts, params):
+        self.calls.append((len(prompts), params.max_new_tokens))
+        completions = []
+        for prompt in prompts:
+            self.replies.append(self.reply(self.tokenizer.decode(prompt)))
+            ids = self.tokenizer(self.replies[-1], add_special_tokens=False)["input_ids"] + [self.eos]
+            finish = "stop" if len(ids) <= params.max_new_tokens else "length"
+            ids = ids[:params.max_new_tokens]
+            completions.append(engine.Completion(ids, [-0.001 * (i + 1) for i in range(len(ids))], finish))
+        return completions
+
+
+def turns_so_far(prompt_text):
+    return prompt_text.count("<|im_start|>assistant") - 1
+
+
+def check_invariants(episode, tokenizer, replies=None):
+    """Lengths agree; generated spans (mask 1) carry log-probs, the rest 0.0; with a scripted
+    engine the trained spans are exactly the given replies + EOS, with the scripted log-probs."""
+    assert len(episode.tokens) == len(episode.loss_mask) == len(episode.logprobs) and episode.loss_mask[0] == 0
+    assert all(lp == 0.0 for lp, m in zip(episode.logprobs, episode.loss_mask) if m == 0)
+    assert all(lp < 0.0 for lp, m in zip(episode.logprobs, episode.loss_mask) if m == 1)
+    assert sum(episode.loss_mask) <= episode.num_generated_tokens
+    if replies is not None:
+        spans = [m.span() for m in re.finditer("1+", "".join(map(str, episode.loss_mask)))]
+        assert [tokenizer.decode(episode.tokens[a:b]) for a, b in spans] == [r + "<|im_end|>" for r in replies]
+        assert all(episode.logprobs[a:b] == [-0.001 * (i + 1) for i in range(b - a)] for a, b in spans)
+
+
+def check_matches_template(episode, tokenizer, tools=None):
+    """Token-in/token-out == rendering the transcript (up to the last reply) with the chat template,
+    where the generated tokens are the tokeniser's own encoding of their text (true when scripted)."""
+    last_reply = max(i for i, m in enumerate(episode.messages) if m["role"] == "assistant")
+    text = tokenizer.apply_chat_template(episode.messages[:last_reply + 1], tools=tools, tokenize=False)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert ids[:len(episode.tokens)] == episode.tokens
+    assert tokenizer.decode(ids[len(episode.tokens):]) == "\n"   # the newline after the last <|im_end|>
+
+
+def vault_code(seed):
+    """The hidden code of vault_dial for a seed, computed in-process (the test knows the answer)."""
+    namespace = {}
+    exec(example("vault_dial").code, namespace)
+    env = namespace["VaultDialEnv"]()
+    env.reset(seed=seed)
+    return env._code
+
+
+def test_scripted_game_win_masks_logprobs_and_template(tokenizer):
+    code = vault_code(7)
+    script = [f"Dial A first. \\boxed{{probe A {code[0]}}}", f"\\boxed{{{{probe B {code[1]}}}}}",
+              f"Last dial: \\boxed{{probe C {code[2]}}} now", "All set, \\boxed{open}"]
+    scripted = ScriptedEngine(tokenizer, lambda prompt: script[turns_so_far(prompt)])
+    stats = {}
+    [episode] = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[7]], stats=stats)
+    assert (episode.status, episode.reward, episode.num_turns, episode.error) == ("terminated", 1.0, 4, None)
+    assert episode.messages[0]["content"].startswith(GAME_FRAMING) and "You win!" in episode.messages[-1]["content"]
+    assert [m["role"] for m in episode.messages] == ["user", "assistant"] * 4 + ["user"]
+    check_invariants(episode, tokenizer, script)
+    check_matches_template(episode, tokenizer)
+    assert episode.num_generated_tokens == sum(episode.loss_mask)
+    assert stats["num_generate_calls"] == 4 and stats["num_episodes"] == 1 and stats["generate_s"] <= stats["wall_s"]
+
+
+def test_plays_are_batched_hinted_and_seeded(tokenizer):
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{probe A 1}")
+    episodes = play([example("vault_dial"), example("parcel_desk")], scripted, tokenizer, 3,
+                    hints=["Bisect each dial.", "Look up first."], params=PARAMS,
+                    seeds=[[1, 2, 3], [4, 5, 6]], max_turns=2, max_new_tokens=48)
+    assert scripted.calls == [(6, 48), (6, 48)]                     # one batched call per turn
+    assert [(e.env_id, e.seed, e.hinted) for e in episodes] == \
+        [("vault_dial", s, True) for s in (1, 2, 3)] + [("parcel_desk", s, True) for s in (4, 5, 6)]
+    first = episodes[0].messages[0]["content"].split("\n")
+    assert first[1].startswith("Observation: A vault") and first[-2] == "HINT: Bisect each dial."
+    assert episodes[3].messages[0]["content"].endswith("Look it up.\n\nHINT: Look up first.")   # tool use: raw
+    for e in episodes:
+        assert (e.status, e.reward, e.num_turns) == ("truncated", 0.0, 2)     # the agent's turn cap
+        check_invariants(e, tokenizer, ["\\boxed{probe A 1}"] * 2)
+    unhinted = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[1]], max_turns=1)
+    assert not unhinted[0].hinted and "HINT" not in unhinted[0].messages[0]["content"]
+    hinted_first = episodes[0].messages[0]["content"]
+    assert hinted_first.replace("\n\nHINT: Bisect each dial.", "") == unhinted[0].messages[0]["content"]
+
+
+def test_no_eos_and_context_cap_truncate(tokenizer):
+    long_reply = ScriptedEngine(tokenizer, lambda prompt: "probe " * 50)
+    [episode] = play([example("vault_dial")], long_reply, tokenizer, 1, params=PARAMS, max_new_tokens=16)
+    assert (episode.status, episode.reward, episode.num_turns, episode.num_generated_tokens) == ("truncated", 0.0, 1, 16)
+    assert episode.loss_mask[-16:] == [1] * 16 and episode.tokens[-1] != long_reply.eos
+    prompt_length = len(episode.tokens) - 16
+    short = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{probe A 1}")
+    [episode] = play([example("vault_dial")], short, tokenizer, 1, params=PARAMS, max_context=prompt_length + 64 + 30)
+    assert short.calls[0] == (1, 30)                                 # budget = context left - 64
+    assert len(short.calls) == 1 and episode.status == "truncated"   # the observation used up the rest
+
+
+BROKEN_STEP = """
+class BrokenEnv:
+    def reset(self, seed=None):
+        return "Press the button: \\\\boxed{press}", {}
+    def step(self, action):
+        raise RuntimeError("the button fell off")
+"""
+HANGING_STEP = BROKEN_STEP.replace('raise RuntimeError("the button fell off")', "while True: pass")
+
+
+def test_sandbox_errors_end_only_their_episode(tokenizer):
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{press}")
+    envs = [Environment("broken_step", "Logical Deduction", BROKEN_STEP),
+            Environment("syntax", "Logical Deduction", "class X(:"),
+            Environment("hanging_step", "Logical Deduction", HANGING_STEP), example("vault_dial")]
+    step_error, load_error, hang, vault = play(envs, scripted, tokenizer, 1, params=PARAMS, max_turns=2, timeout_s=1.0)
+    assert (step_error.status, step_error.reward, step_error.num_turns) == ("error", -1.0, 1)
+    assert step_error.error.split(":")[0] in sandbox.KINDS and "the button fell off" in step_error.error
+    check_invariants(step_error, tokenizer, ["\\boxed{press}"])   # tokens up to the failure are kept
+    assert (load_error.status, load_error.reward, load_error.tokens, load_error.num_turns) == ("error", -1.0, [], 0)
+    assert load_error.error.startswith("load:")
+    assert (hang.status, hang.reward) == ("error", -1.0) and hang.error.startswith("timeout:")
+    assert (vault.status, vault.num_turns) == ("truncated", 2)      # the others play on
+
+
+def parcel_solver(prompt):
+    """Plays parcel_desk from what the prompt shows, one instruction at a time, in all three call
+    forms (JSON, XML, `parameters` with string-encoded arguments)."""
+    last = prompt.rsplit("<|im_start|>", 2)[-2]
+    if "[ALL STEPS COMPLETE]" in last:
+        return "All done. <answer>done</answer>"
+    if "Look it up." in last:
+        who = re.search(r"waiting for (\w+)\?", last).group(1)
+        return f'<tool_call>\n{{"name": "find_parcel", "arguments": {{"recipient": "{who}"}}}}\n</tool_call>'
+    parcel = re.search(r"<tool_response>\n(P\d+)", prompt).group(1)
+    hub = re.search(r"to the (\w+) hub", last)
+    if hub:
+        return ("<tool_call>\n<function=reroute>\n<parameter=parcel_id>\n" + parcel +
+                "\n</parameter>\n<parameter=hub>\n" + hub.group(1) + "\n</parameter>\n</function>\n</tool_call>")
+    return (f'<tool_call>{{"name": "set_status", "parameters": "{{\\"parcel_id\\": \\"{parcel}\\", '
+            f'\\"status\\": \\"released\\"}}"}}</tool_call>')
+
+
+def test_scripted_tool_use_solves_parcel_desk(tokenizer):
+    scripted = ScriptedEngine(tokenizer, parcel_solver)
+    [episode] = play([example("parcel_desk")], scripted, tokenizer, 1, params=PARAMS, seeds=[[3]])
+    assert (episode.status, episode.reward, episode.num_turns) == ("terminated", 1.0, 4), episode.messages
+    assert [m["role"] for m in episode.messages] == ["user", "assistant", "tool", "assistant", "tool",
+                                                      "assistant", "tool", "assistant", "user"]
+    assert "[STEP 1 COMPLETE" in episode.messages[2]["content"] and episode.messages[-1]["content"] == "Correct!"
+    check_invariants(episode, tokenizer, scripted.replies)
+    tools = tools_of(example("parcel_desk"), seed=3)
+    assert tools and '"name": "find_parcel"' in tokenizer.decode(episode.tokens)   # tools reached the template
+    check_matches_template(episode, tokenizer, tools)
+
+
+def test_malformed_tool_call_is_masked_and_reminded(tokenizer):
+    script = ["<tool_call>{find_parcel: bo}</tool_call>", "<answer>done</answer>"]
+    scripted = ScriptedEngine(tokenizer, lambda prompt: script[turns_so_far(prompt)])
+    [episode] = play([example("parcel_desk")], scripted, tokenizer, 1, params=PARAMS, max_turns=2)
+    assert (episode.status, episode.reward, episode.num_turns) == ("truncated", 0.0, 2)
+    assert episode.messages[2]["role"] == "user" and episode.messages[2]["content"].endswith(TOOL_CALL_REMINDER)
+    assert "Not done yet" in episode.messages[4]["content"]         # the premature answer's feedback
+    check_invariants(episode, tokenizer, script[1:])                # only the second turn is trained on
+    assert episode.num_generated_tokens > sum(episode.loss_mask)
+    check_matches_template(episode, tokenizer, tools_of(example("parcel_desk")))
+
+
+# ---- whole episodes with real models
+
+def check_logprobs_with_a_forward_pass(model, episode):
+    """At temperature 1 with no top-k/top-p the sampling distribution is the model's own: every
+    trained token's stored log-prob must equal a fresh forward pass over the finished sequence."""
+    tokens = torch.tensor([episode.tokens])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(tokens).logits[0, :-1].float(), dim=-1)
+    recomputed = logprobs.gather(1, tokens[0, 1:, None])[:, 0]
+    trained = torch.tensor(episode.loss_mask[1:], dtype=torch.bool)
+    assert trained.any()
+    torch.testing.assert_close(recomputed[trained], torch.tensor(episode.logprobs[1:])[trained], atol=2e-3, rtol=0)
+
+
+def test_tiny_model_plays_both_examples_end_to_end(tiny):
+    generator, tokenizer = tiny
+    # Random weights rarely sample <|im_end|>: with every other byte token as an extra stop token,
+    # replies end within a few tokens and the real engine's turns reach the template-delta path.
+    stops = generator.eos_token_ids | set(range(0, 256, 2))
+    quick = engine.make_engine(generator.model, tokenizer, kind="hf", eos_token_ids=stops)
+    envs = [example("vault_dial"), example("parcel_desk")]
+    episodes = play(envs, quick, tokenizer, 1, params=engine.SamplingParams(temperature=1.0, seed=0),
+                    seeds=[play_seeds(e.env_id, 1) for e in envs], max_turns=3, max_new_tokens=16)
+    assert [e.env_id for e in episodes] == ["vault_dial", "parcel_desk"]
+    for e in episodes:
+        assert e.status in ("terminated", "truncated") and e.error is None and 1 <= e.num_turns <= 3
+        assert e.reward == 0.0 or e.status == "terminated"
+        check_invariants(e, tokenizer)
+        check_logprobs_with_a_forward_pass(generator.model, e)
+    assert any(e.num_turns > 1 for e in episodes), "no episode reached a second turn: the delta path is untested"
+
+
+@pytest.mark.slow
+def test_smollm2_plays_two_seed_environments_for_two_turns():
+    import envs
+    pool = envs.load_pool(pathlib.Path(__file__).resolve().parents[1] / "envs")
+    game = next(e for e in pool if e.skill in envs.GAME_SKILLS)
+    tool_use = next(e for e in pool if e.skill in envs.TOOL_SKILLS)
+    model, tokenizer = engine.load_model("smollm2-135m", device="cpu")
+    generator = engine.make_engine(model, tokenizer, kind="hf")
+    episodes = play([game, tool_use], generator, tokenizer, 1, params=engine.SamplingParams(temperature=0.6, seed=0),
+                    max_turns=2, max_new_tokens=48)
+    for e in episodes:
+        assert e.status in ("terminated", "truncated") and e.error is None and 1 <= e.num_turns <= 2
+        check_invariants(e, tokenizer)
+        assert e.messages[1]["role"] == "assistant" and e.messages[1]["content"].strip()
