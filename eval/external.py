@@ -1,0 +1,156 @@
+"""tau2-bench (retail, airline, telecom) and ACEBench-Agent (multi-step, multi-turn): benchmarks whose
+data and harnesses are not on PyPI and which need a second LLM playing the user. We run the
+official harnesses as subprocesses against the model under test served at an OpenAI-compatible URL.
+
+    vllm serve CHECKPOINT --served-model-name policy --port 8000 &      # the model under test
+    python -m eval.run --model CHECKPOINT --suite tool_use --benchmarks tau2 acebench_agent \\
+        --agent-endpoint http://localhost:8000/v1 --agent-model policy \\
+        --user-endpoint https://api.openai.com/v1 --user-model gpt-4.1 \\
+        --tau2-data-dir tau2-bench/data --acebench-dir ACEBench
+
+What each needs, all checked before anything runs (a missing piece is one sentence, not a crash):
+- tau2: the `tau2` command (`pip install` of the tau2-bench repository), its data directory
+  (the repository's `data/`, holding `tau2/domains/<domain>/`), the agent endpoint and the
+  user-simulator endpoint + model (paper: gpt-4.1 at T 0; API keys come from the environment, as
+  the harness reads them). Settings (METHOD.md 11): base split, 4 trials, agent T 0 / top_p 0.8 /
+  top_k 20, at most 200 steps; pass@1 = passed simulations / all (reward within 1e-6 of 1).
+- ACEBench: a clone of the ACEBench repository (data under `data_all/data_en/`, `generate.py`,
+  `eval_main.py`) whose model routing sends unknown model names to `ACEBENCH_AGENT_BASE_URL` (stock
+  ACEBench knows only its listed API models; the SPADE authors patch `APIModelInference` for this),
+  the agent endpoint and the user model (paper: gpt-4o). Settings: T 0.7, top_p 1.0, 16384 tokens,
+  at most 40 dialog turns; the Agent score is the harness's `end_to_end_accuracy`.
+
+Not here: starting `vllm serve` ourselves, patching third-party clones, and any test of these paths
+against the real harnesses (this project's machines have neither the data nor the keys).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+from eval.common import Unavailable, percent
+
+TAU2_DOMAINS = {"retail": "tau2 Retail", "airline": "tau2 Airline", "telecom": "tau2 Telecom"}
+TAU2_TRIALS, TAU2_MAX_STEPS = 4, 200
+TAU2_AGENT_ARGS = {"temperature": 0.0, "top_p": 0.8, "top_k": 20, "max_tokens": 16384}
+ACE_CATEGORIES = {"agent_multi_step": "ACE MultiStep", "agent_multi_turn": "ACE MultiTurn"}
+
+
+def endpoint_problem(url: str | None, what: str, timeout_s: float = 5.0) -> str | None:
+    """None if `url` answers `GET {url}/models` like an OpenAI-compatible server, else why not."""
+    if not url:
+        return f"no {what} endpoint was given"
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=timeout_s) as reply:
+            json.load(reply)
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):  # it answers; the key is the harness's business
+            return None
+        return f"the {what} endpoint {url} answered HTTP {e.code}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return f"the {what} endpoint {url} does not answer ({getattr(e, 'reason', e)})"
+    return None
+
+
+def missing(checks: list[tuple[bool, str]]) -> str | None:
+    """The failed checks as one sentence.
+
+    >>> missing([(True, "x"), (False, "the tau2 command is not installed"), (False, "no data dir")])
+    'the tau2 command is not installed; no data dir'
+    >>> missing([(True, "x")]) is None
+    True
+    """
+    problems = [message for ok, message in checks if not ok]
+    return "; ".join(problems) if problems else None
+
+
+def tau2_checks(options) -> list[tuple[bool, str]]:
+    data = options.paths.get("tau2")
+    domains = Path(data or ".") / "tau2" / "domains"
+    agent = endpoint_problem(options.endpoints.get("agent"), "agent")
+    user = endpoint_problem(options.endpoints.get("user"), "user-simulator")
+    return [(shutil.which("tau2") is not None, "the `tau2` command is not installed (pip install the tau2-bench repository)"),
+            (bool(data), "no --tau2-data-dir was given"),
+            (not data or all((domains / d).is_dir() for d in TAU2_DOMAINS), f"{domains} lacks a domain of {sorted(TAU2_DOMAINS)}"),
+            (bool(options.endpoints.get("agent_model")), "no --agent-model (the served name of the model under test)"),
+            (bool(options.endpoints.get("user_model")), "no --user-model for the user simulator"),
+            (agent is None, agent or ""), (user is None, user or "")]
+
+
+def pass_at_1(simulations: list[dict]) -> float:
+    """tau2's pass@1: the share of simulations whose reward is within 1e-6 of 1.
+
+    >>> pass_at_1([{"reward_info": {"reward": 1.0}}, {"reward_info": {"reward": 0.0}}, {"reward_info": None}])
+    0.3333333333333333
+    """
+    rewards = [(s.get("reward_info") or {}).get("reward", 0.0) for s in simulations]
+    return sum(abs(r - 1.0) <= 1e-6 for r in rewards) / len(rewards)
+
+
+def run_harness(command: list[str], cwd, env: dict, what: str):
+    result = subprocess.run(command, cwd=cwd, env=os.environ | env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {result.returncode}): {result.stderr[-2000:]}")
+
+
+def evaluate_tau2(engine, tokenizer, options) -> dict:
+    problem = missing(tau2_checks(options))
+    if problem:
+        raise Unavailable(f"tau2-bench cannot run: {problem}")
+    data, ep = Path(options.paths["tau2"]), options.endpoints
+    trials, columns, metrics = options.samples or TAU2_TRIALS, {}, {}
+    for domain, column in TAU2_DOMAINS.items():
+        name = f"spade_{domain}_{uuid.uuid4().hex[:8]}"
+        run_harness(["tau2", "run", "--domain", domain, "--task-split-name", "base", "--num-trials", str(trials),
+                     "--max-steps", str(TAU2_MAX_STEPS), "--save-to", name,
+                     "--agent-llm", f"openai/{ep['agent_model']}",
+                     "--agent-llm-args", json.dumps(TAU2_AGENT_ARGS | {"api_base": ep["agent"]}),
+                     "--user-llm", f"openai/{ep['user_model']}",
+                     "--user-llm-args", json.dumps({"temperature": 0.0, "api_base": ep["user"]})]
+                    + (["--num-tasks", str(options.limit)] if options.limit else []),
+                    cwd=None, env={"TAU2_DATA_DIR": str(data)}, what=f"tau2 run --domain {domain}")
+        simulations = json.loads((data / "simulations" / f"{name}.json").read_text())["simulations"]
+        metrics[domain] = pass_at_1(simulations)
+        columns[column] = percent(metrics[domain])
+    columns["tau2 Avg"] = percent(sum(metrics.values()) / len(metrics))
+    return {"columns": columns, "metrics": {"pass_at_1": metrics},
+            "settings": {"trials": trials, "max_steps": TAU2_MAX_STEPS, "agent": TAU2_AGENT_ARGS}, "samples": []}
+
+
+def acebench_checks(options) -> list[tuple[bool, str]]:
+    root = options.paths.get("acebench")
+    data = Path(root or ".") / "data_all" / "data_en"
+    agent = endpoint_problem(options.endpoints.get("agent"), "agent")
+    return [(bool(root), "no --acebench-dir was given (a clone of the ACEBench repository)"),
+            (not root or all((data / f"data_{c}.json").is_file() for c in ACE_CATEGORIES), f"{data} lacks the agent data files"),
+            (not root or (Path(root) / "generate.py").is_file(), f"{root} has no generate.py"),
+            (bool(options.endpoints.get("agent_model")), "no --agent-model (the served name of the model under test)"),
+            (bool(options.endpoints.get("user_model")), "no --user-model for the user simulator"),
+            (agent is None, agent or "")]
+
+
+def evaluate_acebench(engine, tokenizer, options) -> dict:
+    problem = missing(acebench_checks(options))
+    if problem:
+        raise Unavailable(f"ACEBench-Agent cannot run: {problem}")
+    root, ep = Path(options.paths["acebench"]), options.endpoints
+    model, env = ep["agent_model"], {"ACEBENCH_AGENT_BASE_URL": ep["agent"], "ACEBENCH_AGENT_API_KEY": "EMPTY"}
+    run_harness([sys.executable, "generate.py", "--model", model, "--category", "agent", "--language", "en",
+                 "--temperature", "0.7", "--top-p", "1.0", "--max-tokens", "16384", "--max-dialog-turns", "40",
+                 "--user-model", ep["user_model"]], cwd=root, env=env, what="ACEBench generate.py")
+    run_harness([sys.executable, "eval_main.py", "--model", model, "--category", "agent", "--language", "en"],
+                cwd=root, env=env, what="ACEBench eval_main.py")
+    scores, columns = {}, {}
+    for category, column in ACE_CATEGORIES.items():
+        path = root / "score_all" / "score_en" / model / f"data_{category}_score.json"
+        accuracy = json.loads(path.read_text().splitlines()[0])["end_to_end_accuracy"]
+        scores[category] = accuracy / 100 if accuracy > 1 else accuracy  # versions differ: percent or fraction
+        columns[column] = percent(scores[category])
+    columns["ACE Avg"] = percent(sum(scores.values()) / len(scores))
+    return {"columns": columns, "metrics": {"end_to_end_accuracy": scores}, "settings": {"temperature": 0.7}, "samples": []}

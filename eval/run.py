@@ -1,0 +1,146 @@
+"""Run the paper's held-out benchmarks on a checkpoint and print Table 1 (games) or Table 2 (tool use).
+
+    python -m eval.run --model smollm2-135m --suite games --samples 1          # offline, CPU: a smoke run
+    python -m eval.run --model out/ckpt --suite games --engine vllm --aime2026 aime-2026.jsonl --lcb-data test6.jsonl
+    python -m eval.run --model Qwen3-4B --suite tool_use --benchmarks bfcl_multi_turn
+
+Writes `<out>/<benchmark>.json` (columns, metrics, settings, or why it could not run) and
+`<out>/<benchmark>.jsonl` (every sample: prompt, response, extracted answer, score), then prints the
+table; `python -m eval.table RUN_A RUN_B` compares runs. Generation goes through engine.py with each
+benchmark's own sampling settings (METHOD.md 11); `--max-new-tokens` overrides the length budget.
+
+Offline (data inside installed packages): AIME 2025, GPQA-Diamond, HumanEval, Reasoning Gym hard,
+BFCL v4 multi-turn. User data: AIME 2026 (`--aime2026`), LiveCodeBench v6 (`--lcb-data`), tau2 and
+ACEBench (data directories, harnesses and endpoints; see eval/external.py).
+
+Without a GPU the defaults are a smoke run, `--limit 2 --max-new-tokens 256` (two problems per
+benchmark; for Reasoning Gym two tasks per bucket, for BFCL two entries per category): numbers from
+it measure nothing. `--limit 0 --max-new-tokens 0` restores the benchmarks' full settings. On a CPU
+box shared with other jobs, `--threads 1` avoids OpenMP oversubscription (25x faster on ours).
+"""
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import engine
+from eval import aime, bfcl, external, gpqa, livecodebench, reasoning_gym_hard, table
+from eval.common import Options, Unavailable
+
+BENCHMARKS = {  # name -> (suite, evaluate(engine, tokenizer, options) -> result)
+    "aime2025": ("games", aime.evaluate_2025),
+    "aime2026": ("games", aime.evaluate_2026),
+    "gpqa_diamond": ("games", gpqa.evaluate),
+    "livecodebench": ("games", livecodebench.evaluate_lcb),
+    "humaneval": ("games", livecodebench.evaluate_humaneval),
+    "rg_hard": ("games", reasoning_gym_hard.evaluate),
+    "bfcl_multi_turn": ("tool_use", bfcl.evaluate),
+    "tau2": ("tool_use", external.evaluate_tau2),
+    "acebench_agent": ("tool_use", external.evaluate_acebench),
+}
+CPU_LIMIT, CPU_MAX_NEW_TOKENS = 2, 256
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="alias (tiny, smollm2-135m, Qwen3-4B, ...), checkpoint directory or hub id")
+    p.add_argument("--suite", required=True, choices=["games", "tool_use"])
+    p.add_argument("--benchmarks", nargs="+", choices=sorted(BENCHMARKS), help="a subset of the suite (default: all of it)")
+    p.add_argument("--samples", type=int, help="samples per problem (RG: episodes per task; tau2: trials; "
+                   "BFCL: unused, greedy); default: each benchmark's own")
+    p.add_argument("--limit", type=int,
+                   help=f"first N problems per benchmark, 0 = all (default: all on GPU, {CPU_LIMIT} on CPU)")
+    p.add_argument("--max-new-tokens", type=int, help=f"0 = each benchmark's own (default: own on GPU, {CPU_MAX_NEW_TOKENS} on CPU)")
+    p.add_argument("--batch-size", type=int, help="prompts per generate call (default: 32 on GPU, 8 on CPU)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--engine", choices=["hf", "vllm"], default="hf")
+    p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (on a busy shared box 1 can be 10x faster)")
+    p.add_argument("--out", help="run directory (default: out/eval/<model>-<suite>)")
+    data = p.add_argument_group("user data and endpoints")
+    data.add_argument("--aime2026", help="AIME 2026 JSONL")
+    data.add_argument("--lcb-data", help="LiveCodeBench v6 test6.jsonl")
+    data.add_argument("--gpqa", help="a GPQA CSV instead of the packaged GPQA-Diamond")
+    data.add_argument("--tau2-data-dir", help="tau2-bench's data directory")
+    data.add_argument("--acebench-dir", help="a clone of the ACEBench repository")
+    data.add_argument("--agent-endpoint", help="OpenAI-compatible URL serving the model under test (tau2, ACEBench)")
+    data.add_argument("--agent-model", help="its served model name")
+    data.add_argument("--user-endpoint", help="OpenAI-compatible URL of the user simulator (tau2)")
+    data.add_argument("--user-model", help="the user simulator's model name")
+    args = p.parse_args(argv)
+    wrong = [b for b in args.benchmarks or [] if BENCHMARKS[b][0] != args.suite]
+    if wrong:
+        p.error(f"{wrong} are not in the {args.suite} suite")
+    return args
+
+
+def options_from(args, on_gpu: bool) -> Options:
+    """The benchmark options, with the CPU smoke-run defaults filled in (and said out loud)."""
+    limit, max_new = args.limit, args.max_new_tokens
+    if not on_gpu and (limit is None or max_new is None):
+        limit = CPU_LIMIT if limit is None else limit
+        max_new = CPU_MAX_NEW_TOKENS if max_new is None else max_new
+        print(f"no GPU: a smoke run (--limit {limit} --max-new-tokens {max_new}); "
+              "--limit 0 --max-new-tokens 0 gives the benchmarks' full settings")
+    return Options(samples=args.samples, limit=limit or None, max_new_tokens=max_new or None,
+                   batch_size=args.batch_size or (32 if on_gpu else 8), seed=args.seed,
+                   paths={"aime2026": args.aime2026, "lcb": args.lcb_data, "gpqa": args.gpqa,
+                          "tau2": args.tau2_data_dir, "acebench": args.acebench_dir},
+                   endpoints={"agent": args.agent_endpoint, "agent_model": args.agent_model,
+                              "user": args.user_endpoint, "user_model": args.user_model})
+
+
+def run_benchmark(name: str, generator, tokenizer, options: Options) -> tuple[dict, list]:
+    """(the result JSON, the samples) of one benchmark; an Unavailable one is a result with its reason."""
+    start = time.time()
+    try:
+        result = BENCHMARKS[name][1](generator, tokenizer, options)
+    except Unavailable as e:
+        result = {"columns": {}, "unavailable": str(e), "samples": []}
+    samples = result.pop("samples")
+    return result | {"benchmark": name, "suite": BENCHMARKS[name][0], "num_samples": len(samples),
+                     "seconds": round(time.time() - start, 1)}, samples
+
+
+def write(out: Path, name: str, result: dict, samples: list):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+    with open(out / f"{name}.jsonl", "w") as f:
+        for row in samples:  # default=str: never lose a long run's samples to one odd value
+            f.write(json.dumps(row, default=str) + "\n")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    options = options_from(args, on_gpu=device.startswith("cuda"))
+    names = args.benchmarks or [n for n, (suite, _) in BENCHMARKS.items() if suite == args.suite]
+    slug = re.sub(r"[^\w.-]+", "_", Path(args.model).name)
+    out = Path(args.out or Path("out") / "eval" / f"{slug}-{args.suite}")
+    try:
+        model, tokenizer = engine.load_model(args.model, device=device)
+    except engine.ModelLoadError as e:
+        raise SystemExit(f"error: {e}") from None
+    generator = engine.make_engine(model, tokenizer, kind=args.engine)
+    results = {}
+    for name in names:
+        result, samples = run_benchmark(name, generator, tokenizer, options)
+        results[name] = result = result | {"model": args.model}
+        write(out, name, result, samples)
+        status = ("n/a (reason below)" if result.get("unavailable")
+                  else ", ".join(f"{c} {v:.1f}" for c, v in result["columns"].items()))
+        print(f"{name}: {status} ({result['num_samples']} samples, {result['seconds']:.0f} s)", flush=True)
+    print(f"\nresults in {out}\n" + table.render([(args.model, table.columns_of(results))], args.suite))
+    for line in table.notes([(args.model, results)], args.suite):
+        print(line)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

