@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test test-slow demo bench clean-venv
+.PHONY: test test-fast demo bench clean-venv
 
 $(VENV)/.installed: requirements.txt requirements-eval.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,8 @@ $(VENV)/.installed: requirements.txt requirements-eval.txt
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
-test-slow: $(VENV)/.installed
-	$(PY) -m pytest -q -m slow
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not slow"
 
 demo: $(VENV)/.installed
 	$(PY) spade.py

@@ -381,7 +381,8 @@ def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str,
                 continue
             error = " ".join((v.error or "").split())[:300]
             failures.append({"slot": a.slot, "skill": a.skill, "attempt": attempt, "stage": v.stage,
-                             "error": error, "finish_reason": a.completion.finish_reason})
+                             "error": error, "finish_reason": a.completion.finish_reason,
+                             "response": a.response_text[:2000]})
             print(f"designer: slot {a.slot} ({a.skill}) attempt {attempt}/{max_attempts} rejected "
                   f"at {v.stage}: {error[:160]}")
     envs, samples = [], []

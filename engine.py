@@ -17,6 +17,7 @@ has them), stop strings (generation stops on EOS tokens only), beam search, spec
 import importlib.util
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,16 +169,39 @@ def tiny_model(*, dtype: torch.dtype = torch.float32, seed: int = 0):
 
 
 def _load_gguf(path: str, dtype: torch.dtype):
+    """A GGUF checkpoint, de-quantised once and then cached as an ordinary Hugging Face directory.
+
+    Parsing and de-quantising the GGUF takes about a minute on a small CPU; the cache (under
+    $SPADE_CACHE, default ~/.cache/spade) loads in a second. It is written aside and renamed into
+    place, so an interrupted first load never leaves half a cache behind.
+    """
+    folder, file = os.path.split(path)
+    cache = Path(os.environ.get("SPADE_CACHE", Path.home() / ".cache" / "spade")) / Path(file).stem
+    if not (cache / "config.json").is_file():
+        model, tokenizer = _convert_gguf(folder, file)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=cache.parent, prefix=f".{cache.name}."))
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, cache)
+        except OSError:  # another process converted it first; its copy is as good as ours
+            shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(cache)
+    tokenizer.chat_template = CHAT_TEMPLATE  # SmolLM2's own template is ChatML too, but drops `tools`
+    return AutoModelForCausalLM.from_pretrained(cache, dtype=dtype), tokenizer
+
+
+def _convert_gguf(folder: str, file: str):
     # transformers' from_pretrained(gguf_file=...) insists on `accelerate`; building the model from the
     # GGUF's config and loading its de-quantised tensors ourselves needs only the `gguf` package.
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    folder, file = os.path.split(path)
     config = AutoConfig.from_pretrained(folder, gguf_file=file)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
-    tokenizer.chat_template = CHAT_TEMPLATE  # SmolLM2's own template is ChatML too, but drops `tools`
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=model, torch_dtype=dtype)["tensors"]
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = load_gguf_checkpoint(os.path.join(folder, file), return_tensors=True, model_to_load=model,
+                                   torch_dtype=torch.float32)["tensors"]
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
     assert set(missing) <= tied and not unexpected, f"GGUF {file}: missing {missing}, unexpected {unexpected}"

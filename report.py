@@ -60,12 +60,13 @@ class Log:
             self.wandb.log(metrics, step=metrics["step"])
 
     def samples(self, step, epoch, episodes, scores):
-        """Dump each new environment of a regen step; return its summary metrics."""
-        if not epoch["envs"]:
-            return {}
+        """Dump each new environment of a regen step, and the rejected attempts; return summary metrics."""
         folder = self.run_dir / "samples" / f"step_{step:05d}"
         if not self.quiet:
             folder.mkdir(parents=True, exist_ok=True)
+            (folder / "rejected.json").write_text(json.dumps(epoch["rejected"], indent=1))
+        if not epoch["envs"]:
+            return {}
         first = lambda eps, env_id: next((e for e in eps if e.env_id == env_id), None)
         for i, env in enumerate(epoch["envs"]):
             hinted, unhinted = first(epoch["hinted_episodes"], env.env_id), first(episodes, env.env_id)
@@ -87,8 +88,10 @@ def read_run(run_dir):
     if not (run_dir / "metrics.jsonl").is_file():
         raise SystemExit(f"report: {run_dir} has no metrics.jsonl (is it a spade run directory?)")
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    samples = [json.loads(p.read_text()) for p in sorted((run_dir / "samples").glob("step_*/*.json"))]
-    return metrics, samples
+    samples = [json.loads(p.read_text()) for p in sorted((run_dir / "samples").glob("step_*/game_*.json"))]
+    rejected = [dict(r, step=int(p.parent.name[5:])) for p in sorted((run_dir / "samples").glob("step_*/rejected.json"))
+                for r in json.loads(p.read_text())]
+    return metrics, samples, rejected
 
 
 def plot_curriculum(metrics, path):
@@ -116,7 +119,16 @@ def transcript_html(messages):
     return rows or "<p><i>no transcript</i></p>"
 
 
-def write_html(run_dir, metrics, samples, path):
+def rejected_html(rejected):
+    if not rejected:
+        return ""
+    rows = "".join(f"""<details><summary>step {r['step']} &middot; {html.escape(r['skill'])} &middot; attempt {r['attempt']}
+ &middot; rejected at <b>{html.escape(r['stage'])}</b>: {html.escape(r['error'][:160])}</summary>
+<pre>{html.escape(r.get('response', ''))}</pre></details>""" for r in rejected)
+    return f"<h1>Rejected designer attempts ({len(rejected)})</h1><p>Not trained on; counted in designer validity.</p>{rows}"
+
+
+def write_html(run_dir, metrics, samples, rejected, path):
     last = metrics[-1] if metrics else {}
     cards = []
     for s in samples:
@@ -133,20 +145,20 @@ def write_html(run_dir, metrics, samples, path):
 <style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;
 overflow-x:auto;white-space:pre-wrap}} section{{border-top:1px solid #ccc;margin-top:1.5em}} .msg.assistant pre{{background:#eef5ff}}
 img{{max-width:100%}}</style></head><body>
-<h1>spade run {html.escape(Path(run_dir).name)}</h1><p>{len(metrics)} steps &middot; {len(samples)} generated environments</p>
+<h1>spade run {html.escape(Path(run_dir).name)}</h1><p>{len(metrics)} steps &middot; {len(samples)} generated environments &middot; {len(rejected)} rejected attempts</p>
 <p>last step: {summary}</p><img src="curriculum.png" alt="curriculum plots">
-<h1>Generated environments</h1>{body}</body></html>""")
+<h1>Generated environments</h1>{body}{rejected_html(rejected)}</body></html>""")
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise SystemExit("usage: python spade.py report out/<run>")
-    metrics, samples = read_run(argv[0])
+    metrics, samples, rejected = read_run(argv[0])
     out = Path(argv[0]) / "report"
     out.mkdir(exist_ok=True)
     plot_curriculum(metrics, out / "curriculum.png")
-    write_html(argv[0], metrics, samples, out / "index.html")
+    write_html(argv[0], metrics, samples, rejected, out / "index.html")
     print(f"report: {out / 'index.html'} and {out / 'curriculum.png'} ({len(metrics)} steps, {len(samples)} environments)")
 
 

@@ -90,6 +90,8 @@ class Config:
              f"{len(self.skill_list())} skills do not divide into epochs of --skills-per-regen {self.skills_per_regen}"),
             (self.num_envs % min(self.skills_per_regen, len(self.skill_list())) != 0 and not self.pool,
              f"--num-envs {self.num_envs} does not divide among {self.skills_per_regen} skills per epoch"),
+            (self.preset not in ("auto", "paper", "embedded"), f"--preset must be auto, paper or embedded, not {self.preset!r}"),
+            (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
             (self.designer_reward not in ("blend", "solve_rate", "regret_based", "learning_potential"),
              f"unknown --designer-reward {self.designer_reward!r}"),
             (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
@@ -111,7 +113,7 @@ class Config:
 
 # The embedded default: a real loop that finishes in minutes on a 2-core CPU (and tests with `tiny`).
 EMBEDDED = dict(steps=4, num_envs=2, plays_per_env=2, regen_interval=2, hint_plays=2, skills_per_regen=2,
-                designer_attempts=2, max_turns=3, max_context=3072, max_new_tokens=48,
+                designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=48,
                 designer_max_tokens=256, hint_max_tokens=48, micro_token_budget=4096, lr=1e-5, corpus_max_words=300,
                 save_every=2, skills="Mathematical Reasoning,Pattern Recognition")
 
@@ -213,7 +215,7 @@ def main(argv=None):
                 hints = designer.write_hints(gen, tokenizer, new_envs, cfg.setting, hint_params) \
                     if cfg.designer_reward in ("blend", "regret_based") else []
                 hinted = agent.play(new_envs, gen, tokenizer, cfg.hint_plays, hints or None, params=agent_params,
-                                    seeds=[agent.play_seeds(e.env_id, cfg.hint_plays, "hint") for e in new_envs],
+                                    seeds=[agent.play_seeds(e.env_id, cfg.hint_plays, step) for e in new_envs],
                                     **play_limits(cfg)) if hints else []
             # 2. The delayed designer rewards of the finished epoch (D = R): scored now that all its plays are known.
             designer_batch = score_epoch(state, cfg, regret, num_agent=len(state["pool"]) * cfg.plays_per_env)
@@ -225,8 +227,10 @@ def main(argv=None):
             state["pool"] = new_envs + topup
             state["epoch"] = dict(t0=step, envs=new_envs, samples=samples, hints=hints,
                                   hinted=group_rewards(hinted), window={e.env_id: [] for e in new_envs},
-                                  timeouts=set(), hinted_episodes=hinted)
+                                  timeouts=set(), hinted_episodes=hinted, rejected=stats["failures"])
         # 3. The agent plays every pool environment K times (trained); advantages z-scored per environment.
+        #    Seeds are per play and salted by step; at a regen step the hinted plays above used the same
+        #    seeds, so both arms of the regret meet the same instances (METHOD 13.3).
         with timer(times, "play"):
             episodes = agent.play(state["pool"], gen, tokenizer, cfg.plays_per_env, params=agent_params,
                                   seeds=[agent.play_seeds(e.env_id, cfg.plays_per_env, step) for e in state["pool"]],
@@ -251,6 +255,7 @@ def main(argv=None):
             if memory is not None:
                 memory.save()
             metrics.update(log.samples(step, epoch, episodes, scores))
+            del epoch["hinted_episodes"], epoch["rejected"]   # on disk now; keep checkpoints small
         if step == cfg.steps - 1 and fixed_pool is None and not regen:   # final flush (METHOD 6.2 step 5)
             designer_batch = score_epoch(state, cfg, regret, num_agent=len(episodes))
             metrics.update(designer_metrics(designer_batch))
