@@ -98,16 +98,19 @@ def plot_curriculum(metrics, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     fig, axes = plt.subplots(len(CURVES), 1, figsize=(8, 2.2 * len(CURVES)), sharex=True)
     for ax, (key, title) in zip(axes, CURVES):
         points = [(m["step"], m[key]) for m in metrics if key in m]
         if points:
             ax.plot(*zip(*points), marker="o", markersize=3)
         else:
-            ax.text(0.5, 0.5, "no data in this run", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, "no data in this run (no valid new environment)" if key.startswith("designer/")
+                    else "no data in this run", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(title, fontsize=10, loc="left")
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("step")
+    axes[-1].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,0 +1,34 @@
+"""report.py: what Log writes is what the report reads, and the page shows environments and rejections."""
+import json
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import report
+
+
+@dataclass
+class FakeEpisode:  # the fields of agent.Episode that the log reads
+    env_id: str
+    messages: list
+    status: str = "terminated"
+    error: str = None
+
+
+def test_log_then_report(tmp_path):
+    cfg = SimpleNamespace(wandb=False, run="r")
+    log = report.Log(tmp_path, cfg)
+    env = SimpleNamespace(env_id="game_00000_000_optimization", skill="Optimization", code="class KnapEnv:\n    pass\n")
+    epoch = dict(envs=[env], hints=["Weigh before you load."], rejected=[
+        dict(slot=1, skill="Optimization", attempt=1, stage="syntax", error="SyntaxError: bad", response="def (")],
+        hinted_episodes=[FakeEpisode(env.env_id, [{"role": "user", "content": "obs HINT: weigh"}])])
+    episodes = [FakeEpisode(env.env_id, [{"role": "user", "content": "obs"}, {"role": "assistant", "content": "\\boxed{x}"}])]
+    extra = log.samples(0, epoch, episodes, {env.env_id: dict(win_rate=0.5, regret=0.25)})
+    assert extra == {"designer/regret": 0.25, "designer/env_lines": 2.0}
+    for step in range(3):
+        log.step({"step": step, "seconds": 1.0, "agent/reward": 0.1 * step, "designer/valid_rate": 0.5, **extra})
+    report.main([str(tmp_path)])
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert env.env_id in page and "Weigh before you load." in page and "class KnapEnv" in page
+    assert "Rejected designer attempts (1)" in page and "SyntaxError: bad" in page and "\\boxed{x}" in page
+    assert (tmp_path / "report" / "curriculum.png").stat().st_size > 10_000
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
