@@ -168,11 +168,9 @@ def main(argv=None):
     gen = engine.make_engine(model, tokenizer, kind)
     optimizer = grpo.make_optimizer(model, lr=cfg.lr)
     ref_model = grpo.frozen_copy(model) if cfg.kl_coef else None
-    sample = lambda t, n: engine.SamplingParams(temperature=t, top_p=cfg.top_p if t == cfg.temperature else 0.9,
-                                                top_k=cfg.top_k if t == cfg.temperature else 0, max_new_tokens=n)
-    agent_params = sample(cfg.temperature, cfg.max_new_tokens)
-    designer_params = sample(cfg.temperature, cfg.designer_max_tokens)
-    hint_params = sample(cfg.hint_temperature, cfg.hint_max_tokens)
+    agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
+    designer_params = dataclasses.replace(agent_params, max_new_tokens=cfg.designer_max_tokens)
+    hint_params = engine.SamplingParams(cfg.hint_temperature, top_p=0.9, top_k=0, max_new_tokens=cfg.hint_max_tokens)
 
     # --- grounding corpus, environment memory, seed pool --------------------------------------------
     skills = cfg.skill_list()
@@ -265,6 +263,7 @@ def main(argv=None):
             gen.sleep()
             update = grpo.update(model, optimizer, grpo.samples_for_rank(batch, rank, world),
                                  micro_token_budget=cfg.micro_token_budget, temperature=cfg.temperature,
+                                 activation_checkpointing=device == "cuda",   # activations, not weights, fill a GPU
                                  kl_coef=cfg.kl_coef, ref_model=ref_model) if batch else {}
             grpo.push_weights(model, gen)
         # 6. Log one line; save a checkpoint every N steps, at the end, and on Ctrl-C.

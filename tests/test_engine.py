@@ -223,6 +223,33 @@ def test_unknown_model_offline_gives_one_clear_error(monkeypatch, tmp_path):
             load_model(name, device="cpu")
 
 
+def test_random_shapes_have_the_real_parameter_counts():
+    # On the meta device: the shapes without the memory (Qwen3-1.7B ties its embeddings; 30B-A3B is MoE).
+    billions = {"random-qwen3-1.7b": 1.72, "random-qwen3-8b": 8.19, "random-qwen3-30b-a3b": 30.53}
+    for name, expected in billions.items():
+        model, _ = load_model(name, device="meta", dtype=torch.bfloat16)
+        assert round(sum(p.numel() for p in model.parameters()) / 1e9, 2) == expected, name
+    cut, _ = load_model("random-qwen3-30b-a3b:2", device="meta", dtype=torch.bfloat16)
+    assert cut.config.num_hidden_layers == 2 and cut.config.num_experts == 128
+    for bad in ["random-qwen3-9b", "random-qwen3-8b:0", "random-qwen3-8b:x"]:
+        with pytest.raises(ModelLoadError, match="unknown random model"):
+            load_model(bad, device="meta")
+
+
+def test_random_qwen3_1_7b_cut_to_one_layer_generates():
+    # bf16: the 151,936 x 2,048 embedding alone is 1.2 GB in float32.
+    model, tokenizer = load_model("random-qwen3-1.7b:1", device="cpu", dtype=torch.bfloat16)
+    config = model.config
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads,
+            config.head_dim, config.intermediate_size, config.vocab_size) == (2048, 1, 16, 8, 128, 6144, 151936)
+    assert config.tie_word_embeddings and model.dtype == torch.bfloat16
+    prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                                            add_generation_prompt=True))
+    [completion] = HFEngine(model, tokenizer).generate([prompt], SamplingParams(temperature=0, max_new_tokens=2))
+    assert len(completion.token_ids) == 2 and completion.finish_reason == "length"
+    assert isinstance(tokenizer.decode(completion.token_ids), str)  # ids past the byte vocabulary decode to ""
+
+
 def test_moe_experts_map_to_vllm_per_expert_weights():
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 

