@@ -22,9 +22,11 @@ two. Ctrl-C finishes the step's checkpoint and exits.
 """
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -50,30 +52,30 @@ class Config:
     designer_attempts: int = 5        # validated tries per designer slot
     designer_reward: str = "blend"    # blend | solve_rate | regret_based | learning_potential
     temperature: float = 0.6          # agent and designer sampling temperature
-    top_p: float = 0.95
-    top_k: int = 20
-    hint_temperature: float = 0.3
+    top_p: float = 0.95               # nucleus sampling of agent and designer
+    top_k: int = 20                   # top-k sampling of agent and designer
+    hint_temperature: float = 0.3     # sampling temperature of the hint writer
     max_turns: int = 25               # agent turns per episode
     max_context: int = 32768          # tokens per episode
     max_new_tokens: int = 8192        # agent tokens per turn
     designer_max_tokens: int = 16384  # tokens per environment written
-    hint_max_tokens: int = 4096
+    hint_max_tokens: int = 4096       # tokens per hint
     corpus: str = ""                  # JSONL with orig_doc/text; "" = built from the stdlib's docs
     corpus_max_words: int = 0         # document truncation; 0 = the setting's (6000 games, 4000 tool use)
     no_corpus: bool = False           # ablation: no grounding document
     no_memory: bool = False           # ablation: no environment memory
     no_designer_training: bool = False  # ablation: designer samples are generated but not trained
     pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
-    lr: float = 1e-6
+    lr: float = 1e-6                  # AdamW learning rate (constant)
     kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for 8B and tool use)
     micro_token_budget: int = 16384   # tokens per micro-batch in the update
     engine: str = "auto"              # hf | vllm | auto (vllm on CUDA when installed)
-    out: str = "out"
+    out: str = "out"                   # where runs are written
     run: str = ""                     # run name; "" = a timestamp
     save_every: int = 16              # checkpoint every N steps (and at the end)
     resume: str = ""                  # a run directory to continue
-    seed: int = 0
-    wandb: bool = False
+    seed: int = 0                     # seeds python and torch RNGs
+    wandb: bool = False               # also log metrics to Weights & Biases
 
     def derive(self):
         """Fill the values that depend on others, then check the whole config once."""
@@ -120,12 +122,13 @@ EMBEDDED = dict(steps=4, num_envs=2, plays_per_env=2, regen_interval=2, hint_pla
 
 def parse_config(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    meaning = dict(re.findall(r"^    (\w+): .*?#\s*(.+)$", inspect.getsource(Config), re.M))  # the comments above
     for field in dataclasses.fields(Config):
-        flag = "--" + field.name.replace("_", "-")
+        flag, text = "--" + field.name.replace("_", "-"), f"{meaning.get(field.name, '')} (default: {field.default})"
         if field.type is bool:
-            parser.add_argument(flag, action="store_true")
+            parser.add_argument(flag, action="store_true", help=text)
         else:
-            parser.add_argument(flag, type=field.type, default=None)
+            parser.add_argument(flag, type=field.type, default=None, help=text)
     given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v not in (None, False)}
     if given.get("resume"):                          # a resumed run keeps its saved config
         latest = Path(given["resume"]) / "latest"
