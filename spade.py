@@ -34,6 +34,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import regret   # pure reward math (no torch): safe to import before argument parsing
+
 ROOT = Path(__file__).resolve().parent
 
 
@@ -149,7 +151,7 @@ def main(argv=None):
         return report.main(argv[1:])
     cfg = parse_config(argv)
     import torch
-    import agent, designer, engine, grpo, regret, report
+    import agent, designer, engine, grpo, report
     from envs import load_pool
     rank, world = setup_distributed()
     run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out) / cfg.run
@@ -219,7 +221,7 @@ def main(argv=None):
                                     seeds=[agent.play_seeds(e.env_id, cfg.hint_plays, step) for e in new_envs],
                                     **play_limits(cfg)) if hints else []
             # 2. The delayed designer rewards of the finished epoch (D = R): scored now that all its plays are known.
-            designer_batch = score_epoch(state, cfg, regret, num_agent=len(state["pool"]) * cfg.plays_per_env)
+            designer_batch = score_epoch(state, cfg, num_agent=len(state["pool"]) * cfg.plays_per_env)
             metrics.update(designer_metrics(designer_batch))
             topup = state["rng"].sample(seeds, min(len(seeds), max(0, cfg.num_envs - len(new_envs))))
             if topup:
@@ -238,7 +240,7 @@ def main(argv=None):
                                   stats=(play_stats := {}), **play_limits(cfg))
         rewards = group_rewards(episodes)
         agent_samples = [grpo.Sample(e.tokens, e.loss_mask, e.logprobs, a)
-                         for e, a in zip(episodes, episode_advantages(episodes, regret)) if any(e.loss_mask)]
+                         for e, a in zip(episodes, episode_advantages(episodes)) if any(e.loss_mask)]
         epoch = state["epoch"]
         if epoch is not None:                                # accumulate the epoch's unhinted rewards per env
             for env_id, window in epoch["window"].items():
@@ -248,8 +250,8 @@ def main(argv=None):
         if regen:
             scores = {}
             for env in epoch["envs"]:
-                step0, hinted_env = rewards.get(env.env_id, []), epoch["hinted"].get(env.env_id, [])
-                raw = regret.mean_reward(hinted_env) - regret.mean_reward(step0) if hinted_env else 0.0
+                step0 = rewards.get(env.env_id, [])
+                raw = regret.EnvOutcome(env.skill, [step0], epoch["hinted"].get(env.env_id, [])).regret
                 scores[env.env_id] = dict(win_rate=regret.win_rate(step0), regret=raw)
                 if memory is not None:
                     memory.add(env.env_id, env.skill, env.code, regret.win_rate(step0), raw, step)
@@ -258,7 +260,7 @@ def main(argv=None):
             metrics.update(log.samples(step, epoch, episodes, scores))
             del epoch["hinted_episodes"], epoch["rejected"]   # on disk now; keep checkpoints small
         if step == cfg.steps - 1 and fixed_pool is None and not regen:   # final flush (METHOD 6.2 step 5)
-            designer_batch = score_epoch(state, cfg, regret, num_agent=len(episodes))
+            designer_batch = score_epoch(state, cfg, num_agent=len(episodes))
             metrics.update(designer_metrics(designer_batch))
         # 5. One PPO-clip + TIS update on designer and agent samples together, then push the weights.
         batch = ([] if cfg.no_designer_training else [s for s, _ in designer_batch]) + agent_samples
@@ -294,7 +296,7 @@ def group_rewards(episodes):
     return dict(groups)
 
 
-def episode_advantages(episodes, regret):
+def episode_advantages(episodes):
     """Per-environment z-scores (METHOD 6.1). An environment whose plays all scored the same gives
     zeros: GRPO learns nothing from a group without contrast, which is why the designer is paid to
     keep win rates inside the band."""
@@ -307,7 +309,7 @@ def episode_advantages(episodes, regret):
     return [advantages[i] for i in range(len(episodes))]
 
 
-def score_epoch(state, cfg, regret, num_agent):
+def score_epoch(state, cfg, num_agent):
     """The finished epoch's designer samples with their advantages: [(grpo.Sample, raw x)]."""
     import grpo
     epoch, state["epoch"] = state["epoch"], None
