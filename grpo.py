@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import inspect
 import math
 import time
 from collections import defaultdict
@@ -253,8 +254,14 @@ def _torch_varlen_attention(module, query, key, value, attention_mask, scaling=N
     assert cu_seq_lens_q is not None, "packed rows need cu_seq_lens_q (the micro-batch's varlen kwargs)"
     assert kwargs.get("sliding_window") is None, "sliding-window layers are not supported here"
     q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))  # [T, H, D]
+    gqa = {}
+    if q.shape[1] != k.shape[1]:  # shared KV heads: torch >= 2.13 reads them in place, 2.11 needs copies
+        if "enable_gqa" in inspect.signature(varlen_attn).parameters:
+            gqa = dict(enable_gqa=True)
+        else:
+            k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
     out = varlen_attn(q, k, v, cu_seq_lens_q, cu_seq_lens_q, max_length_q, max_length_q, scale=scaling,
-                      window_size=(-1, 0), enable_gqa=q.shape[1] != k.shape[1])
+                      window_size=(-1, 0), **gqa)
     return out.unsqueeze(0), None
 
 
