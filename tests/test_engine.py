@@ -270,6 +270,38 @@ def test_moe_experts_map_to_vllm_per_expert_weights():
     assert torch.allclose(packed, unpacked, atol=1e-5)
 
 
+def test_vllm_names_are_the_checkpoint_transformers_saves(tmp_path):
+    """vLLM loads the checkpoint that save_pretrained writes (per-expert names) correctly; a push must
+    send exactly those names and tensors."""
+    from safetensors.torch import load_file
+    model, _ = load_model("tiny-moe", device="cpu")
+    model.save_pretrained(tmp_path)
+    saved = {name: t for file in tmp_path.glob("*.safetensors") for name, t in load_file(file).items()}
+    pushed = dict(engine.vllm_named_tensors(model.named_parameters()))
+    assert "model.layers.1.mlp.experts.3.up_proj.weight" in pushed and pushed.keys() == saved.keys()
+    assert all(torch.equal(pushed[name], saved[name]) for name in saved)
+
+
+@needs_vllm
+def test_vllm_moe_matches_hf_engine_and_pushes_only_on_cuda(prompts):
+    model, tokenizer = load_model("tiny-moe", device="cuda" if torch.cuda.is_available() else "cpu")
+    vllm_engine = engine.make_engine(model, tokenizer, kind="vllm", max_model_len=256)
+    greedy = SamplingParams(temperature=0, max_new_tokens=12)
+    before = vllm_engine.generate(prompts, greedy)
+    hf = HFEngine(model, tokenizer).generate(prompts, greedy)
+    assert [c.token_ids for c in before] == [c.token_ids for c in hf]
+    assert max(abs(x - y) for a, b in zip(before, hf) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
+    original = [(name, p.detach().clone()) for name, p in model.named_parameters()]
+    if not torch.cuda.is_available():
+        with pytest.raises(NotImplementedError, match="MoE"):
+            vllm_engine.load_weights(original)
+        return
+    vllm_engine.load_weights((n, p + 0.5 * torch.randn_like(p) if "experts" in n else p) for n, p in original)
+    assert [c.token_ids for c in vllm_engine.generate(prompts, greedy)] != [c.token_ids for c in before]
+    vllm_engine.load_weights(original)
+    assert [c.token_ids for c in vllm_engine.generate(prompts, greedy)] == [c.token_ids for c in before]
+
+
 def test_make_engine_rejects_unknown_kind(tiny):
     assert isinstance(engine.make_engine(*tiny), HFEngine)
     with pytest.raises(ValueError, match="unknown engine"):

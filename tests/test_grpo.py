@@ -160,6 +160,12 @@ def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_si
     return torch.cat(outs)
 
 
+def reference_varlen_without_gqa(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):
+    """torch 2.11's varlen_attn signature: no enable_gqa, so key/value must come with every query head."""
+    assert q.shape[1] == k.shape[1] == v.shape[1], "torch 2.11's varlen_attn needs as many KV heads as Q heads"
+    return reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=window_size)
+
+
 @pytest.fixture
 def cpu_varlen(monkeypatch):
     """Let the packed (torch_varlen) route run on CPU, exercising its transformers plumbing."""
@@ -181,6 +187,18 @@ def test_token_logprobs_match_model_logits(route, cpu_varlen):
         expected = logits[:-1].log_softmax(-1).gather(-1, torch.tensor(s.tokens[1:])[:, None])[:, 0]
         assert rows[b, 0] == 0 and torch.all(rows[b, len(s.tokens):] == 0)
         torch.testing.assert_close(rows[b, 1:len(s.tokens)], expected, atol=2e-5, rtol=1e-5)
+
+
+def test_packed_route_repeats_kv_heads_where_varlen_has_no_gqa(monkeypatch):
+    import torch.nn.attention.varlen as varlen
+    model, samples = tiny_model(), random_samples(3, VOCAB, seed=4)
+    assert model.config.num_attention_heads != model.config.num_key_value_heads   # GQA: 4 query, 2 KV heads
+    results = []
+    for fn in (reference_varlen, reference_varlen_without_gqa):
+        monkeypatch.setattr(varlen, "varlen_attn", fn)
+        with torch.no_grad(), grpo.attention_implementation(model, "torch_varlen"):
+            results.append(grpo.token_logprobs(model, grpo.collate(samples, packed=True, device="cpu")))
+    torch.testing.assert_close(results[1], results[0], atol=1e-6, rtol=1e-6)
 
 
 def grads_of(model):
@@ -323,6 +341,38 @@ def test_fsdp2_two_processes_match_one(tmp_path):
     assert sharded.keys() == single.keys()
     for name in single:
         torch.testing.assert_close(sharded[name], single[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def fsdp_torchao_worker(rank, world_size, port, path):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, init_method=f"tcp://127.0.0.1:{port}",
+                            timeout=datetime.timedelta(seconds=600))  # the first step compiles for minutes
+    try:
+        model = grpo.shard_model(tiny_model())
+        optimizer = grpo.make_optimizer(model, lr=1e-3)
+        before = {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
+        stats = grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
+        moved = {name: not torch.equal(before[name], tensor) for name, tensor in grpo.full_named_parameters(model)}
+        if rank == 0:
+            torch.save((type(optimizer).__module__, stats["grad_norm"], moved), path)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_fsdp2_steps_with_torchao_8bit_adamw(tmp_path):
+    """bitsandbytes' AdamW8bit rejects FSDP2's DTensors; make_optimizer takes torchao's there (~1.5 min:
+    torchao compiles its step for every parameter shape on the first call)."""
+    pytest.importorskip("torchao.optim")
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(fsdp_torchao_worker, args=(2, port, str(tmp_path / "torchao.pt")), nprocs=2)
+    module, grad_norm, moved = torch.load(tmp_path / "torchao.pt")
+    assert module.startswith("torchao.optim") and math.isfinite(grad_norm) and grad_norm > 0
+    assert moved and all(moved.values()), [name for name, changed in moved.items() if not changed]
 
 
 # ---------------------------------------------------------------------------------------------------
