@@ -7,6 +7,7 @@ jitted), and bitsandbytes imports triton: when an earlier test module already di
 tests here are rerun in a fresh process instead (test_triton_tests_in_a_fresh_process).
 """
 import dataclasses
+import json
 import math
 import os
 import subprocess
@@ -179,3 +180,19 @@ def test_default_hopper_tiles_on_gpu():
     assert relative_error(logprobs, reference) <= 1e-5
     assert relative_error(grad_hidden, ideal_hidden.bfloat16()) <= 1e-3
     assert relative_error(grad_weight, ideal_weight.bfloat16()) <= 1e-3
+
+
+def test_default_tiles_compile_for_hopper_pipelined_without_spills():
+    """Ahead-of-time compile for sm_90 (no GPU needed; in a fresh process, since this one may hold
+    interpreted kernels): every kernel is software-pipelined onto wgmma, fits in shared memory and
+    spills no registers. A tile or kernel change that breaks one of these fails here, not on the GPU."""
+    code = ("import json; from bench.kernel_resources import resources; "
+            "print(json.dumps({n: resources(n) for n in ('forward', 'dlogits', 'grad_hidden')}))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name, r in json.loads(result.stdout.splitlines()[-1]).items():
+        assert r["wgmma"] > 0 and r["async_copies"] > 0, (name, r)   # tensor cores, pipelined loads
+        assert r["spill_bytes"] == 0 and r["registers"] <= 255, (name, r)
+        assert r["shared_bytes"] <= 227 * 1024, (name, r)

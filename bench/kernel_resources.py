@@ -1,0 +1,82 @@
+"""What kernels.py's Triton kernels compile to on Hopper (sm_90), without a GPU: registers, spills, shared
+memory, and whether the reduction loops are pipelined (async copies) onto wgmma tensor-core ops.
+
+    python bench/kernel_resources.py       # any machine with triton: ahead-of-time compile, ~10 s
+
+Triton compiles for a named target without a driver, and its wheel carries ptxas and cuobjdump. The
+kernels are specialised as the JIT specialises them at the production shapes (every pointer 16-byte
+aligned, T, V, H and the chunk offsets divisible by 16): without that, Triton cannot prove the loads
+wide enough for async copies, and the loops run unpipelined. Not measured here: time (see
+bench/logprob_bench.py on a GPU). Shared memory per SM on an H200 is 227 KiB; registers per thread at
+most 255 (more spill to local memory: the STACK column).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root, for kernels.py
+import kernels  # noqa: E402
+
+POINTERS = {"forward": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32"),
+            "dlogits": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32", "*bf16"),
+            "grad_hidden": ("*bf16", "*bf16", "*fp32")}
+DIVISIBLE = {"T", "V", "H", "VC", "v_per_split", "v_offset", "M", "N", "K"}   # by 16 at the bench shapes
+
+
+def _launch(name, tiles):
+    """(kernel, constexpr values) as kernels.py launches it with these tiles."""
+    sizes = dict(BT=tiles.block_t, BV=tiles.block_v, BK=tiles.block_k, UPCAST=False)
+    if name == "forward":
+        return kernels._forward_kernel, sizes
+    if name == "dlogits":
+        return kernels._dlogits_kernel, dict(sizes, GROUP=tiles.group)
+    return kernels._accumulate_matmul_kernel, dict(BM=tiles.block_t, BN=tiles.block_v, BK=tiles.block_k,
+                                                   GROUP=tiles.group, UPCAST=False)
+
+
+def resources(name: str, tiles: kernels.Tiles = kernels.Tiles()) -> dict:
+    """Compile one kernel ("forward", "dlogits" or "grad_hidden") for sm_90 and read what it uses."""
+    fn, constexprs = _launch(name, tiles)
+    args = fn.arg_names
+    pointers = iter(POINTERS[name])
+    signature = {a: "constexpr" if a in constexprs else "fp32" if a == "inv_temp" else
+                 next(pointers) if a.endswith("_ptr") else "i32" for a in args}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(args) if a.endswith("_ptr") or a in DIVISIBLE}
+    compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned),
+                              target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages))
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        usage = subprocess.run([str(tool), "--dump-resource-usage", cubin.name], capture_output=True, text=True,
+                               check=True).stdout
+    fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
+    ptx = compiled.asm["ptx"]
+    return dict(registers=int(fields["REG"]), spill_bytes=int(fields["STACK"]) + int(fields["LOCAL"]),
+                shared_bytes=compiled.metadata.shared, async_copies=ptx.count("cp.async"),
+                wgmma=ptx.count("wgmma.mma_async"))
+
+
+def main():
+    os.environ.pop("TRITON_INTERPRET", None)
+    print(f"kernels.py on sm_90, triton {triton.__version__} (ahead-of-time, no GPU needed)\n")
+    print(f"{'tiles (T x V x K, warps, stages)':<34} {'kernel':<12} {'regs':>5} {'spill B':>8} {'shared KiB':>10} "
+          f"{'async copies':>12} {'wgmma':>6}")
+    for tiles in (kernels.Tiles(), kernels.Tiles(block_v=256)):
+        label = f"{tiles.block_t} x {tiles.block_v} x {tiles.block_k}, {tiles.num_warps}, {tiles.num_stages}"
+        for name in POINTERS:
+            r = resources(name, tiles)
+            print(f"{label:<34} {name:<12} {r['registers']:>5} {r['spill_bytes']:>8} {r['shared_bytes'] / 1024:>10.0f} "
+                  f"{r['async_copies']:>12} {r['wgmma']:>6}")
+
+
+if __name__ == "__main__":
+    main()
