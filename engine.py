@@ -144,7 +144,8 @@ class HFEngine:
         assert layer_types == {"full_attention"}, f"HFEngine supports full attention only, not {layer_types}"
         self.cache_chunk, self.prefill_tokens, self.progress = cache_chunk, prefill_tokens, progress
         on_cuda = model.device.type == "cuda"
-        sharded = torch.distributed.is_available() and torch.distributed.is_initialized()  # FSDP gathers
+        from torch.distributed.tensor import DTensor  # FSDP2's shards: every forward gathers them
+        sharded = any(isinstance(p, DTensor) for p in model.parameters())
         graphable = on_cuda and not sharded and not hasattr(model.config, "num_experts")
         self.cuda_graphs = graphable if cuda_graphs is None else cuda_graphs
         assert on_cuda or not self.cuda_graphs, "CUDA graphs need the model on CUDA"
@@ -334,8 +335,9 @@ class VLLMEngine:
     woken before it is written, or waking restores the old one over it), pushes the new tensors from
     memory, and `wake_up()` brings back the KV cache. The weights are never re-read from disk after a
     push: that would silently sample from the base model. vLLM's CPU build has no sleep mode; there
-    `sleep()`/`wake_up()` are no-ops. vLLM loads the model's checkpoint (its directory or hub id) or,
-    for models without one (`tiny`, the GGUF default), a snapshot saved to a temporary directory.
+    `sleep()`/`wake_up()` are no-ops, and the KV cache is a fixed 1 GiB of host memory. vLLM loads the
+    model's checkpoint (its directory or hub id) or, for models without one (`tiny`, the GGUF
+    default), a snapshot saved to a temporary directory.
     Nucleus sampling without top-k uses the whole vocabulary here (HFEngine: the top 1024).
     """
 
@@ -357,12 +359,13 @@ class VLLMEngine:
         kwargs = dict(model=path, dtype=str(model.dtype).removeprefix("torch."), seed=seed,
                       max_model_len=max_model_len, logprobs_mode="processed_logprobs",
                       enable_sleep_mode=self.sleep_mode)
-        # On CUDA the share of GPU memory vLLM takes (the trainer needs the rest); on the CPU backend the
-        # same flag is the share of host memory reserved for the KV cache, so keep it small there.
-        kwargs["gpu_memory_utilization"] = gpu_memory_utilization or (0.5 if self.sleep_mode else 0.1)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if self.sleep_mode:  # the share of GPU memory vLLM takes: the trainer needs the rest
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization or 0.5
+        else:  # vLLM's CPU backend sizes its KV cache as a share of host memory minus this process's
+            kwargs["kv_cache_memory_bytes"] = 1 << 30  # resident size, which fails once the process is big
+        if "RANK" in os.environ:  # launched by torchrun (not dist.is_initialized(): vLLM sets up a group too)
             kwargs.update(distributed_executor_backend="external_launcher",
-                          tensor_parallel_size=torch.distributed.get_world_size())
+                          tensor_parallel_size=int(os.environ["WORLD_SIZE"]))
         self.llm = vllm.LLM(**kwargs, **llm_kwargs)
         self.asleep: set[str] = set()  # which of "weights" and "kv_cache" sleep
 

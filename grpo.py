@@ -311,8 +311,8 @@ def attention_implementation(model, route: str):
 def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1):
     """8-bit AdamW with METHOD.md 7.2's defaults; no weight decay on biases and norm scales (1-D).
 
-    One process: bitsandbytes' AdamW8bit (also runs on CPU). Under torch.distributed (FSDP2) params are
-    DTensors, which bitsandbytes rejects: torchao's AdamW8bit, else plain AdamW with a warning. Trap:
+    One process: bitsandbytes' AdamW8bit (also runs on CPU). Sharded by FSDP2, params are DTensors,
+    which bitsandbytes rejects: torchao's AdamW8bit, else plain AdamW with a warning. Trap:
     an lr of 1e-6 is below bf16's resolution for almost every weight, so a bf16 model updated with
     round-to-nearest barely moves; torchao's stochastic rounding fixes that and is preferred for bf16.
     """
@@ -321,7 +321,7 @@ def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1):
               dict(params=[p for _, p in params if p.ndim < 2], weight_decay=0.0)]
     bf16 = any(p.dtype == torch.bfloat16 for _, p in params)
     torchao_spec = importlib.util.find_spec("torchao")
-    if dist.is_initialized() or (bf16 and torchao_spec is not None):
+    if is_sharded(model) or (bf16 and torchao_spec is not None):
         if torchao_spec is not None:
             from torchao.optim import AdamW8bit
             return AdamW8bit(groups, lr=lr, betas=betas, bf16_stochastic_round=bf16)
@@ -431,6 +431,13 @@ def update(model, optimizer, samples: list[Sample], *, micro_token_budget=16384,
     optimizer.zero_grad(set_to_none=True)
     stats.update(grad_norm=grad_norm, seconds=time.perf_counter() - start)
     return stats
+
+
+def is_sharded(model) -> bool:
+    """Whether FSDP2 sharded the model (its parameters are DTensors). Not `dist.is_initialized()`:
+    vLLM initialises a one-process group of its own in a plain single-process run."""
+    from torch.distributed.tensor import DTensor
+    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def shard_model(model):

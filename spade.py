@@ -150,6 +150,11 @@ def main(argv=None):
         import report
         return report.main(argv[1:])
     cfg = parse_config(argv)
+    if "RANK" in os.environ:  # torchrun: FSDP2 with torchao's compiled 8-bit AdamW step
+        # Trap (torch 2.13 + torchao 0.18): AOT autograd's on-disk cache mixes up the DTensor-wrapped
+        # 8-bit optimizer states, so every run after the first on a machine dies in optimizer.step
+        # ("'Tensor' object has no attribute 'codes'"). Read once, when torch is imported: set it first.
+        os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
     import torch
     import agent, designer, engine, grpo, report
     from envs import load_pool
@@ -416,8 +421,8 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
 
 def grpo_full_state_dict(model):
     """None in one process (save_pretrained reads the model); the gathered state dict under FSDP2."""
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()):
+    import grpo
+    if not grpo.is_sharded(model):
         return None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -2,6 +2,7 @@
 memory, and whether the reduction loops are pipelined (async copies) onto wgmma tensor-core ops.
 
     python bench/kernel_resources.py       # any machine with triton: ahead-of-time compile, ~10 s
+                                           # (not under TRITON_INTERPRET=1: that makes kernels uncompilable)
 
 Triton compiles for a named target without a driver, and its wheel carries ptxas and cuobjdump. The
 kernels are specialised as the JIT specialises them at the production shapes (every pointer 16-byte
@@ -10,7 +11,6 @@ wide enough for async copies, and the loops run unpipelined. Not measured here: 
 bench/logprob_bench.py on a GPU). Shared memory per SM on an H200 is 227 KiB; registers per thread at
 most 255 (more spill to local memory: the STACK column).
 """
-import os
 import re
 import subprocess
 import sys
@@ -66,7 +66,6 @@ def resources(name: str, tiles: kernels.Tiles = kernels.Tiles()) -> dict:
 
 
 def main():
-    os.environ.pop("TRITON_INTERPRET", None)
     print(f"kernels.py on sm_90, triton {triton.__version__} (ahead-of-time, no GPU needed)\n")
     print(f"{'tiles (T x V x K, warps, stages)':<34} {'kernel':<12} {'regs':>5} {'spill B':>8} {'shared KiB':>10} "
           f"{'async copies':>12} {'wgmma':>6}")

@@ -352,6 +352,10 @@ def test_vllm_matches_hf_engine_and_takes_pushed_weights(tiny, prompts):
     assert [c.token_ids for c in vllm_engine.generate(prompts, greedy)] != [c.token_ids for c in before]
     vllm_engine.load_weights(original)
     assert_same(vllm_engine.generate(prompts, greedy), before)
+    # vLLM set up a one-process torch.distributed group of its own: that is no FSDP2 run
+    import grpo
+    assert torch.distributed.is_initialized() and not grpo.is_sharded(model)
+    assert type(grpo.make_optimizer(model)).__module__.startswith("bitsandbytes")
 
 
 @needs_vllm

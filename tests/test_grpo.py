@@ -361,18 +361,23 @@ def fsdp_torchao_worker(rank, world_size, port, path):
 
 
 @pytest.mark.slow
-def test_fsdp2_steps_with_torchao_8bit_adamw(tmp_path):
-    """bitsandbytes' AdamW8bit rejects FSDP2's DTensors; make_optimizer takes torchao's there (~1.5 min:
-    torchao compiles its step for every parameter shape on the first call)."""
+def test_fsdp2_steps_with_torchao_8bit_adamw(tmp_path, monkeypatch):
+    """bitsandbytes' AdamW8bit rejects FSDP2's DTensors; make_optimizer takes torchao's there. Two runs
+    share one compile cache, as two trainings on one machine do: with AOT autograd's cache on, the
+    second dies in optimizer.step, which is why spade.py turns it off under torchrun (as here).
+    About 2 minutes: torchao compiles its step for every parameter shape in the first run."""
     pytest.importorskip("torchao.optim")
     import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(fsdp_torchao_worker, args=(2, port, str(tmp_path / "torchao.pt")), nprocs=2)
-    module, grad_norm, moved = torch.load(tmp_path / "torchao.pt")
-    assert module.startswith("torchao.optim") and math.isfinite(grad_norm) and grad_norm > 0
-    assert moved and all(moved.values()), [name for name, changed in moved.items() if not changed]
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))   # the workers inherit both
+    monkeypatch.setenv("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
+    for run in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(fsdp_torchao_worker, args=(2, port, str(tmp_path / "torchao.pt")), nprocs=2)
+        module, grad_norm, moved = torch.load(tmp_path / "torchao.pt")
+        assert module.startswith("torchao.optim") and math.isfinite(grad_norm) and grad_norm > 0, run
+        assert moved and all(moved.values()), (run, [name for name, changed in moved.items() if not changed])
 
 
 # ---------------------------------------------------------------------------------------------------
