@@ -22,9 +22,9 @@ from typing import Iterable
 
 import torch
 from tqdm import tqdm
-from transformers import AttentionInterface, AttentionMaskInterface, StaticCache
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import sdpa_mask
+from transformers import StaticCache
+
+import attention
 
 from models import (ALIASES, CHAT_TEMPLATE, RANDOM_SHAPES, ModelLoadError, load_model,  # noqa: F401
                     random_model, resolve_model_name, tiny_model, tiny_tokenizer)
@@ -98,29 +98,6 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, generator=None) ->
 # ---------------------------------------------------------------------------------------- HF engine
 
 
-def grouped_decode_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    """transformers' SDPA attention, except that a one-token query reads shared key/value heads in place.
-
-    Given a mask, transformers repeats each key/value head for every query head that shares it (GQA),
-    which copies the whole KV cache in every layer at every decode step. A decode step needs no copy:
-    the query heads of one KV head become its "query positions", [B, kv, groups, D] against
-    [B, kv, S, D], with the mask [B, 1, 1, S] broadcasting over both.
-    """
-    batch, heads, length, dim = query.shape
-    groups = heads // key.shape[1]
-    if length > 1 or groups == 1:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query.reshape(batch, key.shape[1], groups, dim), key, value, attn_mask=attention_mask, scale=scaling)
-    return out.reshape(batch, 1, heads, dim), None  # [B, q_len, heads, D], as transformers expects
-
-
-# Registered under our own name (transformers' public extension point); HFEngine switches the model to
-# it only while generating, whatever the trainer uses (eager, sdpa, flash attention).
-AttentionInterface.register("spade_decode", grouped_decode_attention)
-AttentionMaskInterface.register("spade_decode", sdpa_mask)
-
-
 class HFEngine:
     """Batched generation with the trainer's own transformers model, in-process (no weight copy).
 
@@ -129,10 +106,10 @@ class HFEngine:
     `cache_chunk` columns ahead; when full it is reallocated one chunk wider *without the rows that
     already stopped*, so memory and attention cost follow what is still live. Prefill runs in row
     groups of about `prefill_tokens` tokens. While generating, the model attends with
-    `grouped_decode_attention` whatever the trainer uses (restored afterwards). On CUDA each decode
-    step of a dense model is captured once per cache shape as a CUDA graph and replayed, removing the
-    kernel-launch overhead that dominates decoding (`cuda_graphs=False` turns it off; MoE models are
-    never graphed: transformers' expert routing synchronises with the host). `sleep()`/`wake_up()`
+    `attention.grouped_decode_attention` whatever the trainer uses (restored afterwards). On CUDA
+    each decode step of a dense model is captured once per cache shape as a CUDA graph and replayed,
+    removing the kernel-launch overhead that dominates decoding (`cuda_graphs=False` turns it off;
+    MoE models are never graphed: transformers' expert routing synchronises with the host). `sleep()`/`wake_up()`
     are no-ops: the weights are the trainer's own and no KV cache outlives a `generate` call.
     """
 
@@ -171,14 +148,12 @@ class HFEngine:
             return []
         assert all(len(p) > 0 for p in prompts), "every prompt needs at least one token"
         assert params.max_new_tokens >= 1, "max_new_tokens must be at least 1"
-        was_training, attention = self.model.training, self.model.config._attn_implementation
+        was_training = self.model.training
         self.model.eval()  # no dropout while sampling; the trainer's settings come back afterwards
-        self.model.set_attn_implementation("spade_decode")
         try:
-            with torch.no_grad():
+            with torch.no_grad(), attention.implementation(self.model, "decode"):
                 return self._generate(prompts, params)
         finally:
-            self.model.set_attn_implementation(attention)
             self.model.train(was_training)
 
     def _generate(self, prompts, params):

@@ -2,9 +2,9 @@
 
 One call of `update` is one optimizer step on the whole batch of designer and agent samples, as in the
 paper (global batch = rollout batch). Top to bottom: `Sample`; the loss as small pure functions;
-micro-batches by a token budget, packed into one row with variable-length attention on CUDA (flash-attn
-if installed, else PyTorch's `varlen_attn`) or length-sorted padded rows with SDPA elsewhere; log-probs
-from the final hidden states through kernels.py (no [tokens x vocabulary] logits on CUDA);
+micro-batches by a token budget, packed into one row with variable-length attention on CUDA
+(attention.py: flash-attn if installed, else PyTorch's `varlen_attn`) or length-sorted padded rows with
+SDPA elsewhere; log-probs from the final hidden states through kernels.py (no [tokens x vocabulary] logits on CUDA);
 `make_optimizer` (8-bit AdamW), `update`, `shard_model` (FSDP2 under torchrun) and `push_weights`.
 
 Tests: `python -m pytest tests/test_grpo.py -q`.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
-import inspect
 import math
 import time
 from collections import defaultdict
@@ -29,6 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
+
+import attention
 
 
 @dataclass
@@ -242,70 +243,6 @@ def token_logprobs(model, batch: MicroBatch, temperature=1.0):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Attention routes: which kernel runs the packed rows.
-
-def _torch_varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                            cu_seq_lens_q=None, max_length_q=None, **kwargs):
-    """A transformers attention function over one packed row with PyTorch's own varlen flash kernel.
-
-    query [1, Hq, T, D], key/value [1, Hkv, T, D] -> ([1, T, Hq, D], None), causal within each sample.
-    """
-    from torch.nn.attention.varlen import varlen_attn
-    assert cu_seq_lens_q is not None, "packed rows need cu_seq_lens_q (the micro-batch's varlen kwargs)"
-    assert kwargs.get("sliding_window") is None, "sliding-window layers are not supported here"
-    q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))  # [T, H, D]
-    gqa = {}
-    if q.shape[1] != k.shape[1]:  # shared KV heads: torch >= 2.13 reads them in place, 2.11 needs copies
-        if "enable_gqa" in inspect.signature(varlen_attn).parameters:
-            gqa = dict(enable_gqa=True)
-        else:
-            k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for x in (k, v))
-    out = varlen_attn(q, k, v, cu_seq_lens_q, cu_seq_lens_q, max_length_q, max_length_q, scale=scaling,
-                      window_size=(-1, 0), **gqa)
-    return out.unsqueeze(0), None
-
-
-_IMPLEMENTATIONS = {"flash": "flash_attention_2", "torch_varlen": "spade_torch_varlen"}
-
-
-def attention_route(model) -> str:
-    """'flash' (flash-attn, through transformers), 'torch_varlen' (torch.nn.attention.varlen) or 'padded'.
-
-    The varlen kernels are CUDA-only and need 16-bit weights; everything else (CPU, float32) trains on
-    length-sorted padded rows with the model's own SDPA.
-    """
-    param = next(model.parameters())
-    if param.device.type != "cuda" or param.dtype not in (torch.bfloat16, torch.float16):
-        return "padded"
-    if importlib.util.find_spec("flash_attn") is not None:
-        return "flash"
-    if importlib.util.find_spec("torch.nn.attention.varlen") is not None:
-        return "torch_varlen"
-    return "padded"
-
-
-@contextlib.contextmanager
-def attention_implementation(model, route: str):
-    """Use the route's attention kernel for the update only: the in-process engine generates from the
-    same model with a KV cache, which the varlen kernels here do not serve."""
-    if route == "padded":
-        yield
-        return
-    assert route in _IMPLEMENTATIONS, f"unknown attention route {route!r}"
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import flash_attention_mask
-    AttentionInterface.register(_IMPLEMENTATIONS["torch_varlen"], _torch_varlen_attention)
-    # Like flash attention, no mask tensor: sample boundaries come from cu_seq_lens.
-    AttentionMaskInterface.register(_IMPLEMENTATIONS["torch_varlen"], flash_attention_mask)
-    previous = model.config._attn_implementation  # transformers has no public getter
-    model.set_attn_implementation(_IMPLEMENTATIONS[route])
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(previous)
-
-
-# ---------------------------------------------------------------------------------------------------
 # Optimizer, the update, FSDP2 and the weight push.
 
 def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1):
@@ -344,7 +281,7 @@ def frozen_copy(model):
 
 def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=16384, temperature=1.0,
                          clip_low=0.2, clip_high=0.28, tis_cap=2.0, kl_coef=0.0, ref_model=None,
-                         attention: str | None = None) -> dict:
+                         route: str | None = None) -> dict:
     """Backward the GRPO loss of the whole batch, micro-batch by micro-batch; returns summed stats.
 
     The gradients equal those of `grpo_loss` over all samples at once: each micro-batch's sample mean is
@@ -357,7 +294,7 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     assert samples, "update needs at least one sample"
     assert kl_coef == 0 or ref_model is not None, "kl_coef != 0 needs ref_model (see frozen_copy)"
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    route = attention or attention_route(model)
+    route = route or attention.route(model)
     device = next(model.parameters()).device
     local = samples_for_rank(samples, rank, world)
     plan = [[local[i] for i in group] for group in
@@ -371,9 +308,9 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     with contextlib.ExitStack() as stack:
         stack.callback(model.train, model.training)
         model.train()  # activation checkpointing only runs in training mode
-        stack.enter_context(attention_implementation(model, route))
+        stack.enter_context(attention.implementation(model, route))
         if kl_coef != 0:
-            stack.enter_context(attention_implementation(ref_model, route))
+            stack.enter_context(attention.implementation(ref_model, route))
         for step in range(int(num_passes)):
             group, weight = (plan[step], 1.0) if step < len(plan) else ([samples[0]], 0.0)
             batch = collate(group, packed=route != "padded", device=device)
@@ -411,9 +348,10 @@ def update(model, optimizer, samples: list[Sample], *, micro_token_budget=16384,
     """One optimizer step on one rollout batch; returns the stats for the log line.
 
     loss_kwargs go to `accumulate_gradients` (temperature, clip_low/high, tis_cap, kl_coef, ref_model,
-    attention). Stats: loss, pg_loss, kl, clip_fraction, tis_weight, tis_capped_fraction, grad_norm
-    (before clipping), num_tokens, num_loss_tokens, num_samples, num_micro_batches, seconds, and
-    attention (the route that ran: "flash", "torch_varlen" or "padded").
+    route: an attention.route name, by default the best one for the model). Stats: loss, pg_loss, kl,
+    clip_fraction, tis_weight, tis_capped_fraction, grad_norm (before clipping), num_tokens,
+    num_loss_tokens, num_samples, num_micro_batches, seconds, and attention (the route that ran:
+    "flash", "torch_varlen" or "padded").
     """
     start = time.perf_counter()
     if activation_checkpointing and not model.is_gradient_checkpointing:

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+import attention  # noqa: E402
 import engine  # noqa: E402
 import grpo  # noqa: E402
 
@@ -123,7 +124,7 @@ def bench_model(name, args, device, cuda):
     samples = random_samples(args.tokens, args.min_len, args.max_len, model.config.vocab_size)
     num_tokens, n_active = sum(len(s.tokens) for s in samples), active_parameters(model)
     print(f"{name}: N = {n_active / 1e6:,.1f}M active non-embedding parameters, {len(samples)} samples, "
-          f"{num_tokens} tokens, ours' attention route {grpo.attention_route(model)} {note}", flush=True)
+          f"{num_tokens} tokens, ours' attention route {attention.route(model)} {note}", flush=True)
     import bitsandbytes
 
     paths = {"naive": (lambda: bitsandbytes.optim.AdamW8bit(model.parameters(), lr=1e-6),

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import attention
 import grpo
 from grpo import Sample
 
@@ -178,7 +179,7 @@ def test_token_logprobs_match_model_logits(route, cpu_varlen):
     model = tiny_model()
     samples = random_samples(5, VOCAB)
     batch = grpo.collate(samples, packed=route != "padded", device="cpu")
-    with torch.no_grad(), grpo.attention_implementation(model, route):
+    with torch.no_grad(), attention.implementation(model, route):
         rows = grpo.token_logprobs(model, batch, temperature=0.7)
     assert model.config._attn_implementation == "sdpa"  # restored for the in-process engine
     for b, s in enumerate(samples):
@@ -196,7 +197,7 @@ def test_packed_route_repeats_kv_heads_where_varlen_has_no_gqa(monkeypatch):
     results = []
     for fn in (reference_varlen, reference_varlen_without_gqa):
         monkeypatch.setattr(varlen, "varlen_attn", fn)
-        with torch.no_grad(), grpo.attention_implementation(model, "torch_varlen"):
+        with torch.no_grad(), attention.implementation(model, "torch_varlen"):
             results.append(grpo.token_logprobs(model, grpo.collate(samples, packed=True, device="cpu")))
     torch.testing.assert_close(results[1], results[0], atol=1e-6, rtol=1e-6)
 
@@ -221,7 +222,7 @@ def test_micro_batched_and_packed_loss_equal_per_sample_loss(cpu_varlen):
     expected = grads_of(model)
     for route, budget in [("padded", 10_000), ("padded", 20), ("torch_varlen", 10_000), ("torch_varlen", 25)]:
         model.zero_grad(set_to_none=True)
-        stats = grpo.accumulate_gradients(model, samples, micro_token_budget=budget, attention=route, **kwargs)
+        stats = grpo.accumulate_gradients(model, samples, micro_token_budget=budget, route=route, **kwargs)
         assert stats["loss"] == pytest.approx(total, abs=1e-5), (route, budget)
         assert (stats["num_micro_batches"] > 1) == (budget < 100)
         assert grads_of(model).keys() == expected.keys()
@@ -277,11 +278,11 @@ def test_cuda_packed_routes_match_padded():
     import engine
     model = engine.load_model("tiny", dtype=torch.bfloat16, device="cuda")[0]
     samples = random_samples(6, VOCAB, seed=3, max_len=300)
-    routes = ["torch_varlen"] + (["flash"] if grpo.attention_route(model) == "flash" else [])
+    routes = ["torch_varlen"] + (["flash"] if attention.route(model) == "flash" else [])
     with torch.no_grad():
         padded = grpo.token_logprobs(model, grpo.collate(samples, packed=False, device="cuda"))
         for route in routes:
-            with grpo.attention_implementation(model, route):
+            with attention.implementation(model, route):
                 packed = grpo.token_logprobs(model, grpo.collate(samples, packed=True, device="cuda"))
             difference = (packed.float() - padded.float()).abs()  # bf16 noise; a mask bug gives ~1
             assert difference.max() < 0.15 and difference.mean() < 0.02, (route, difference.max())
