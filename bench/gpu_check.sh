@@ -8,9 +8,13 @@
 #   bash bench/gpu_check.sh logprob_bench update_bench   # only these
 #
 # Through the device tool, with the wheels of bitsandbytes 0.50.2, liger-kernel 0.8.5, torchao 0.18.0
-# and transformers 5.19.0 (our pin; the image has 5.17), 60 MB in all, downloaded into .whl/ (the
-# device README gives the `pip download` line) and carried. The image's torch is 2.11 (no vLLM): its
-# varlen attention has no enable_gqa, which grpo.py handles; the CPU tests pass under torch 2.11 too.
+# and transformers 5.19.0 (our pin; the image has 5.17), 60 MB in all, carried in .whl/ (kept out of
+# git through .git/info/exclude). For the GPU machine's Python 3.12 on x86-64:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+#     -d .whl bitsandbytes==0.50.2 liger-kernel==0.8.5 torchao==0.18.0 transformers==5.19.0
+# The image's torch is 2.11 (no vLLM): its varlen attention has no enable_gqa, which attention.py
+# handles; the CPU tests of the engine and the update pass under torch 2.11 too.
 #   run(carry=[".whl"], timeout_s=480, command="python3 -m pip install -q --no-index --no-deps --no-compile
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site && bash bench/gpu_check.sh")
 # Steps: the kernel tests; bench/logprob_bench.py; bench/generate_bench.py; bench/update_bench.py; the
