@@ -108,8 +108,9 @@ class HFEngine:
     groups of about `prefill_tokens` tokens. While generating, the model attends with
     `attention.grouped_decode_attention` whatever the trainer uses (restored afterwards). On CUDA
     each decode step of a dense model is captured once per cache shape as a CUDA graph and replayed,
-    removing the kernel-launch overhead that dominates decoding (`cuda_graphs=False` turns it off;
-    MoE models are never graphed: transformers' expert routing synchronises with the host). `sleep()`/`wake_up()`
+    removing the kernel-launch overhead that dominates decoding (`cuda_graphs=False` turns it off).
+    MoE models are not graphed unless asked (`cuda_graphs=True`): transformers' grouped_mm experts
+    avoid host syncs, but capture has not run on a GPU yet (tests/test_engine.py tries it there). `sleep()`/`wake_up()`
     are no-ops: the weights are the trainer's own and no KV cache outlives a `generate` call.
     """
 

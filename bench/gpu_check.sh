@@ -53,8 +53,8 @@ transformers.__version__, 'triton', triton.__version__)"
   "$PY" -m pip list 2>/dev/null | grep -iE "^(bitsandbytes|liger|torchao|transformers) "
   date -u; } 2>&1 | tee -a "$SUMMARY"
 
-PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts= -x)
-step kernel_tests 50 "${PYTEST[@]}" tests/test_kernels.py
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts=)
+step kernel_tests 50 "${PYTEST[@]}" -x tests/test_kernels.py
 step logprob_bench 90 "$PY" bench/logprob_bench.py
 step generate_bench 80 "$PY" bench/generate_bench.py
 step update_bench 180 "$PY" bench/update_bench.py
