@@ -110,8 +110,9 @@ class HFEngine:
     each decode step of a dense model is captured once per cache shape as a CUDA graph and replayed,
     removing the kernel-launch overhead that dominates decoding (`cuda_graphs=False` turns it off).
     MoE models are not graphed unless asked (`cuda_graphs=True`): transformers' grouped_mm experts
-    avoid host syncs, but capture has not run on a GPU yet (tests/test_engine.py tries it there). `sleep()`/`wake_up()`
-    are no-ops: the weights are the trainer's own and no KV cache outlives a `generate` call.
+    avoid host syncs, but capture has not run on a GPU yet (tests/test_engine.py tries it there).
+    `sleep()`/`wake_up()` are no-ops: the weights are the trainer's own and no KV cache outlives a
+    `generate` call.
     """
 
     def __init__(self, model, tokenizer, *, eos_token_ids=None, cache_chunk=256, prefill_tokens=8192,
@@ -122,8 +123,8 @@ class HFEngine:
         assert layer_types == {"full_attention"}, f"HFEngine supports full attention only, not {layer_types}"
         self.cache_chunk, self.prefill_tokens, self.progress = cache_chunk, prefill_tokens, progress
         on_cuda = model.device.type == "cuda"
-        from torch.distributed.tensor import DTensor  # FSDP2's shards: every forward gathers them
-        sharded = any(isinstance(p, DTensor) for p in model.parameters())
+        import grpo
+        sharded = grpo.is_sharded(model)  # FSDP2 gathers the shards in every forward
         graphable = on_cuda and not sharded and not hasattr(model.config, "num_experts")
         self.cuda_graphs = graphable if cuda_graphs is None else cuda_graphs
         assert on_cuda or not self.cuda_graphs, "CUDA graphs need the model on CUDA"

@@ -3,9 +3,10 @@
 One call of `update` is one optimizer step on the whole batch of designer and agent samples, as in the
 paper (global batch = rollout batch). Top to bottom: `Sample`; the loss as small pure functions;
 micro-batches by a token budget, packed into one row with variable-length attention on CUDA
-(attention.py: flash-attn if installed, else PyTorch's `varlen_attn`) or length-sorted padded rows with
-SDPA elsewhere; log-probs from the final hidden states through kernels.py (no [tokens x vocabulary] logits on CUDA);
-`make_optimizer` (8-bit AdamW), `update`, `shard_model` (FSDP2 under torchrun) and `push_weights`.
+(attention.py: flash-attn if installed, else PyTorch's `varlen_attn`) or length-sorted padded rows
+with SDPA elsewhere; log-probs from the final hidden states through kernels.py (no [tokens x
+vocabulary] logits on CUDA); `make_optimizer` (8-bit AdamW), `update`, `shard_model` (FSDP2 under
+torchrun) and `push_weights`.
 
 Tests: `python -m pytest tests/test_grpo.py -q`.
 

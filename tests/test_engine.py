@@ -23,16 +23,6 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 TEXTS = ["hello world", "a", "The quick brown fox jumps over the lazy dog", "x = [1, 2, 3]\nprint(x)"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # The tiny model's matmuls are microseconds long: on a small, shared CPU box, OpenMP's thread
-    # hand-offs cost more than the work itself (40x slower with 2 threads under load).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tiny():
     return load_model("tiny", device="cpu")

@@ -20,15 +20,6 @@ from eval.common import Options, Unavailable
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # the tiny model's matmuls are microseconds long: thread hand-offs cost more than the work
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("module", [common, aime, gpqa, livecodebench, bfcl, external, table])
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0

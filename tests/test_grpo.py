@@ -127,16 +127,6 @@ def tiny_model():
 VOCAB = 265  # the tiny model's byte-level vocabulary plus its special tokens
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The CI box has 2 shared cores: one thread each avoids oversubscription and is several times faster
-    for a model this small."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def random_samples(num, vocab, seed=0, min_len=4, max_len=14):
     g = torch.Generator().manual_seed(seed)
     samples = []
@@ -311,17 +301,24 @@ def fsdp_update(model):
     return stats, {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
 
 
-def fsdp_worker(rank, world_size, port, path):
+def fsdp_worker(rank, world_size, port, path, run=fsdp_update, timeout_s=120):
+    """One gloo rank: run(the sharded tiny model); rank 0 saves what it returns to path."""
     import torch.distributed as dist
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # a spawned process: tests/conftest.py did not run here
     dist.init_process_group("gloo", rank=rank, world_size=world_size, init_method=f"tcp://127.0.0.1:{port}",
-                            timeout=datetime.timedelta(seconds=120))  # a rank mismatch fails, not hangs
+                            timeout=datetime.timedelta(seconds=timeout_s))  # a rank mismatch fails, not hangs
     try:
-        result = fsdp_update(grpo.shard_model(tiny_model()))
+        result = run(grpo.shard_model(tiny_model()))
         if rank == 0:
             torch.save(result, path)
     finally:
         dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_fsdp2_two_processes_match_one(tmp_path):
@@ -330,10 +327,7 @@ def test_fsdp2_two_processes_match_one(tmp_path):
     counts = {len(grpo.plan_micro_batches([len(s.tokens) for s in grpo.samples_for_rank(fsdp_samples(), r, 2)],
                                           16, padded=True)) for r in (0, 1)}
     assert len(counts) == 2
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(fsdp_worker, args=(2, port, str(tmp_path / "fsdp.pt")), nprocs=2)
+    mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "fsdp.pt")), nprocs=2)
     sharded_stats, sharded = torch.load(tmp_path / "fsdp.pt")
     stats, single = fsdp_update(tiny_model())
     assert stats["grad_norm"] > 0.05  # the clip was active, so it was tested too
@@ -344,21 +338,12 @@ def test_fsdp2_two_processes_match_one(tmp_path):
         torch.testing.assert_close(sharded[name], single[name], atol=1e-6, rtol=1e-5, msg=name)
 
 
-def fsdp_torchao_worker(rank, world_size, port, path):
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, init_method=f"tcp://127.0.0.1:{port}",
-                            timeout=datetime.timedelta(seconds=600))  # the first step compiles for minutes
-    try:
-        model = grpo.shard_model(tiny_model())
-        optimizer = grpo.make_optimizer(model, lr=1e-3)
-        before = {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
-        stats = grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
-        moved = {name: not torch.equal(before[name], tensor) for name, tensor in grpo.full_named_parameters(model)}
-        if rank == 0:
-            torch.save((type(optimizer).__module__, stats["grad_norm"], moved), path)
-    finally:
-        dist.destroy_process_group()
+def torchao_update(model):
+    optimizer = grpo.make_optimizer(model, lr=1e-3)
+    before = {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
+    stats = grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
+    moved = {name: not torch.equal(before[name], tensor) for name, tensor in grpo.full_named_parameters(model)}
+    return type(optimizer).__module__, stats["grad_norm"], moved
 
 
 @pytest.mark.slow
@@ -371,11 +356,8 @@ def test_fsdp2_steps_with_torchao_8bit_adamw(tmp_path, monkeypatch):
     import torch.multiprocessing as mp
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))   # the workers inherit both
     monkeypatch.setenv("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
-    for run in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(fsdp_torchao_worker, args=(2, port, str(tmp_path / "torchao.pt")), nprocs=2)
+    for run in range(2):  # the first step compiles for minutes: a long collective timeout
+        mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "torchao.pt"), torchao_update, 600), nprocs=2)
         module, grad_norm, moved = torch.load(tmp_path / "torchao.pt")
         assert module.startswith("torchao.optim") and math.isfinite(grad_norm) and grad_norm > 0, run
         assert moved and all(moved.values()), (run, [name for name, changed in moved.items() if not changed])
