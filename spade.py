@@ -12,7 +12,7 @@ environments (designer.py; validated in sandbox.py), writes a hint for each and 
 with its hint (not trained: it measures what the hint is worth); the agent plays every pool
 environment K times (agent.py); rewards become advantages (regret.py): per-environment z-scores
 for the agent, and for the designer the blend of a win-rate plateau and hint-based regret, scored
-R steps later when the whole epoch is known; memory records the new environments; one PPO-clip +
+R steps later when the whole epoch is known (designer_rewards.py); memory records the new environments; one PPO-clip +
 TIS update on designer and agent samples together (grpo.py); the new weights go into the engine.
 
 Deliberate simplifications: the batch is not trimmed or padded to a fixed size (the loss is a mean
@@ -34,7 +34,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-import regret   # pure reward math (no torch): safe to import before argument parsing
+import designer_rewards   # pure reward math (no torch): safe to import before argument parsing
+import regret
 
 ROOT = Path(__file__).resolve().parent
 
@@ -96,7 +97,7 @@ class Config:
              f"--num-envs {self.num_envs} does not divide among {self.skills_per_regen} skills per epoch"),
             (self.preset not in ("auto", "paper", "embedded"), f"--preset must be auto, paper or embedded, not {self.preset!r}"),
             (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
-            (self.designer_reward not in ("blend", "solve_rate", "regret_based", "learning_potential"),
+            (self.designer_reward not in designer_rewards.DESIGNER_REWARDS,
              f"unknown --designer-reward {self.designer_reward!r}"),
             (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
             (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}")]
@@ -193,7 +194,8 @@ def main(argv=None):
     except (OSError, ValueError) as e:                  # a missing or empty corpus
         raise SystemExit(f"spade.py: {e}")
     memory = None if cfg.no_memory or cfg.pool else designer.EnvMemory(run_dir / "env_memory.json")
-    state = dict(step=0, pool=[], epoch=None, tracker=regret.LearningPotentialTracker(), order=[], rng=random.Random(cfg.seed))
+    state = dict(step=0, pool=[], epoch=None, tracker=designer_rewards.LearningPotentialTracker(), order=[],
+                 rng=random.Random(cfg.seed))
     if checkpoint:
         state = restore(checkpoint, optimizer, memory)
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
@@ -221,7 +223,7 @@ def main(argv=None):
                                 "designer/attempts": stats["num_attempts"]})
             with timer(times, "hints"):
                 hints = designer.write_hints(gen, tokenizer, new_envs, cfg.setting, hint_params) \
-                    if cfg.designer_reward in ("blend", "regret_based") else []
+                    if cfg.designer_reward in designer_rewards.NEEDS_HINTS else []
                 hinted = agent.play(new_envs, gen, tokenizer, cfg.hint_plays, hints or None, params=agent_params,
                                     seeds=[agent.play_seeds(e.env_id, cfg.hint_plays, step) for e in new_envs],
                                     **play_limits(cfg)) if hints else []
@@ -256,7 +258,7 @@ def main(argv=None):
             scores = {}
             for env in epoch["envs"]:
                 step0 = rewards.get(env.env_id, [])
-                raw = regret.EnvOutcome(env.skill, [step0], epoch["hinted"].get(env.env_id, [])).regret
+                raw = designer_rewards.EnvOutcome(env.skill, [step0], epoch["hinted"].get(env.env_id, [])).regret
                 scores[env.env_id] = dict(win_rate=regret.win_rate(step0), regret=raw)
                 if memory is not None:
                     memory.add(env.env_id, env.skill, env.code, regret.win_rate(step0), raw, step)
@@ -320,10 +322,11 @@ def score_epoch(state, cfg, num_agent):
     epoch, state["epoch"] = state["epoch"], None
     if not epoch or not epoch["samples"]:
         return []
-    outcomes = [regret.EnvOutcome(s.skill, epoch["window"][s.env_id], epoch["hinted"].get(s.env_id, []),
-                                  s.env_id in epoch["timeouts"]) for s in epoch["samples"]]
-    raw, advantages = regret.score_designer_batch(cfg.designer_reward, outcomes, num_agent=num_agent,
-                                                  regen_interval=cfg.regen_interval, tracker=state["tracker"])
+    outcomes = [designer_rewards.EnvOutcome(s.skill, epoch["window"][s.env_id], epoch["hinted"].get(s.env_id, []),
+                                            s.env_id in epoch["timeouts"]) for s in epoch["samples"]]
+    raw, advantages = designer_rewards.score_designer_batch(cfg.designer_reward, outcomes, num_agent=num_agent,
+                                                            regen_interval=cfg.regen_interval,
+                                                            tracker=state["tracker"])
     return [(grpo.Sample(s.tokens, s.loss_mask, s.logprobs, a), x)
             for s, x, a in zip(epoch["samples"], raw, advantages) if a is not None]
 

@@ -1,12 +1,13 @@
-"""Hand-computed checks of regret.py (METHOD.md sections 6 and 7.1): every expected number below was
-worked out on paper from the formulas, not produced by running the code."""
+"""Hand-computed checks of regret.py and designer_rewards.py (METHOD.md sections 6 and 7.1): every
+expected number below was worked out on paper from the formulas, not produced by running the code."""
 import math
 
 import pytest
 
-from regret import (DESIGNER_REWARDS, EnvOutcome, LearningPotentialTracker, agent_advantages,
-                    blend_reward, designer_advantages, hint_regret, keep_designer_sample, mean_reward,
-                    plateau, role_scale, score_designer_batch, win_rate)
+from designer_rewards import (DESIGNER_REWARDS, EnvOutcome, LearningPotentialTracker, keep_designer_sample,
+                              score_designer_batch)
+from regret import (agent_advantages, blend_reward, designer_advantages, hint_regret, mean_reward, plateau,
+                    role_scale, win_rate)
 
 approx = pytest.approx
 
