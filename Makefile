@@ -30,7 +30,7 @@ $(VLLM_VENV)/.installed: requirements.txt
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	$(VLLM_VENV)/bin/python -m pytest -q tests/test_engine.py tests/test_spade.py tests/test_grpo.py -k "vllm or torchao"
+	$(VLLM_VENV)/bin/python -m pytest -q tests/test_engine.py tests/test_spade.py tests/test_grpo.py tests/test_checkpoint.py -k "vllm or torchao"
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not slow"

@@ -23,9 +23,18 @@ Choices where the official code differs or is silent (METHOD.md 13.3):
   unhinted), where the official code seeds only hinted plays. `seeds=None` resets without a seed.
 - hinted plays run exactly the loop of unhinted plays (the official re-tokenises them and skips the
   EOS and context checks); only the first observation differs.
-- an empty `\\boxed{}` counts as no box (the model often echoes the instruction's `\\boxed{}`).
+- an empty or blank `\\boxed{ }` counts as no box (the model often echoes the instruction's
+  `\\boxed{}`): the first simple box with something in it wins.
+- thinking models (METHOD.md 4.2): the chat template's default thinking mode is kept, and the action
+  is parsed from the text after the last `</think>` (the whole reply when there is none): the box
+  or raw reply of a game, the `<answer>` or tool calls of tool use, and the text given to step().
+  The tokens and the transcript keep the whole reply, thinking included.
 - a SandboxError anywhere (load, reset, step, tool call) ends that episode with reward -1, status
-  "error" and the reason; the tokens up to that point are kept, and spade.py decides whether to train.
+  "error" and the reason; the tokens up to that point are kept. `failed` marks the FAILED plays
+  that spade.py drops (METHOD.md 3.3): every such error except step() itself raising or breaking
+  the contract (kind "contract" during step), which is the -1 terminated play of METHOD.md 1.1.
+- the agent's turn cap `max_turns` is also the cap on the environment's own max_turns (both are
+  `--spade-max-turns` in METHOD.md 1.1).
 - per-episode budgets: one generate call per distinct per-turn budget; that is one call per turn
   until some episode comes within `max_new_tokens + 64` tokens of the context cap.
 
@@ -47,8 +56,8 @@ from tqdm import tqdm
 import sandbox
 
 # The first message of a game (METHOD.md 4.1): a framing sentence, the observation, the instruction.
-GAME_FRAMING = "You are playing a text game: make valid moves, one per turn, to reach the goal and win."
-GAME_INSTRUCTION = "Reason step by step, and put your move for this turn within \\boxed{}."
+GAME_FRAMING = "You are playing a language game: make valid actions, one per turn, to win."
+GAME_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."   # Qwen's math line
 TOOL_CALL_REMINDER = ("(Your tool call could not be parsed. Write each call exactly as "
                       '<tool_call>{"name": "<tool name>", "arguments": {"<parameter>": <value>}}</tool_call> '
                       "and give the final answer as <answer>...</answer>.)")
@@ -72,6 +81,7 @@ class Episode:
     status: str = "running"               # "terminated" | "truncated" | "error" once play() returns
     num_turns: int = 0                    # assistant turns generated
     error: str | None = None              # "<SandboxError kind>: <message>" when status == "error"
+    failed: bool = False                  # a FAILED play (hang, crash, load/reset or tool failure): drop it
     messages: list[dict] = field(default_factory=list)     # chat transcript (ends with the last observation)
     num_generated_tokens: int = 0
 
@@ -114,22 +124,25 @@ def _closing_brace(text, start):
 
 
 def extract_boxed(text):
-    """The command inside `\\boxed{...}` (METHOD.md 4.1), or None when there is no (non-empty) box.
+    """The command inside `\\boxed{...}` (METHOD.md 4.1), or None when there is no (non-blank) box.
 
-    The first simple `\\boxed{x}` / `\\boxed{{x}}` / `\\boxed{{{x}}}` wins; otherwise the
-    brace-balanced content of the LAST `\\boxed{`, with up to two enclosing brace pairs stripped.
+    The first simple `\\boxed{x}` / `\\boxed{{x}}` / `\\boxed{{{x}}}` whose x is not blank wins;
+    otherwise the brace-balanced content of the LAST `\\boxed{`, with up to two enclosing brace
+    pairs stripped.
 
     >>> extract_boxed("try \\\\boxed{probe A 5} then \\\\boxed{open}")
     'probe A 5'
+    >>> extract_boxed("echo \\\\boxed{ } then \\\\boxed{open}")
+    'open'
     >>> extract_boxed("\\\\boxed{{open}}"), extract_boxed("\\\\boxed{{{{a}, {b}}}}")
     ('open', '{a}, {b}')
     >>> extract_boxed("no box"), extract_boxed("\\\\boxed{}")
     (None, None)
     """
-    match = _SIMPLE_BOXED.search(text)
-    if match:
-        content = next(group for group in match.groups() if group is not None)
-    else:
+    simple = (next(group for group in match.groups() if group is not None)
+              for match in _SIMPLE_BOXED.finditer(text))
+    content = next((group for group in simple if group.strip()), None)
+    if content is None:
         start = text.rfind("\\boxed{")
         end = _closing_brace(text, start + len("\\boxed")) if start >= 0 else None
         if end is None:
@@ -139,6 +152,17 @@ def extract_boxed(text):
             if content.startswith("{") and _closing_brace(content, 0) == len(content) - 1:
                 content = content[1:-1]
     return content.strip() or None
+
+
+def after_thinking(text):
+    """The part of a reply that acts (METHOD.md 4.2): the text after the last `</think>`, if any.
+
+    >>> after_thinking("<think>maybe \\\\boxed{probe A 1}</think>\\nFinal: \\\\boxed{open}")
+    '\\nFinal: \\\\boxed{open}'
+    >>> after_thinking("no thinking here")
+    'no thinking here'
+    """
+    return text.rsplit("</think>", 1)[-1]
 
 
 def game_action(text):
@@ -221,14 +245,21 @@ def _end(play_, status, reward=0.0, error=None):
     play_.episode.status, play_.episode.reward, play_.episode.error = status, reward, error
 
 
-def _start(play_, timeout_s):
+def _end_on_error(play_, error, failed):
+    """End the episode on a SandboxError: reward -1 and status "error" either way; `failed` marks a
+    FAILED play (METHOD.md 3.3), as opposed to step() raising, a -1 terminated play (METHOD.md 1.1)."""
+    _end(play_, "error", -1.0, f"{error.kind}: {error.message}")
+    play_.episode.failed = failed
+
+
+def _start(play_, timeout_s, max_turns):
     """Open the sandbox, reset it, and write the first user message (hint appended, METHOD.md 5)."""
     try:
-        play_.box = sandbox.EnvSandbox(play_.code, timeout_s=timeout_s)
+        play_.box = sandbox.EnvSandbox(play_.code, timeout_s=timeout_s, max_turns=max_turns)
         observation, _ = play_.box.reset(seed=play_.episode.seed)
         play_.tools = play_.box.tools() or None
-    except sandbox.SandboxError as e:
-        return _end(play_, "error", -1.0, f"{e.kind}: {e.message}")
+    except sandbox.SandboxError as e:   # load or reset failed: the play never started
+        return _end_on_error(play_, e, failed=True)
     if play_.hint is not None:
         observation = f"{observation}\n\nHINT: {play_.hint}"
     # Tool use: the raw observation, tools go to the chat template (METHOD.md 4.3).
@@ -238,7 +269,9 @@ def _start(play_, timeout_s):
 
 def _act(play_, text):
     """Carry one reply to the environment: append what comes back to the transcript (and to
-    `new_messages`, which become the next template delta) or end the episode."""
+    `new_messages`, which become the next template delta) or end the episode. Only the text after
+    the last `</think>` acts; the transcript already holds the whole reply."""
+    text = after_thinking(text)
     kind, calls = ("game", []) if play_.tools is None else parse_tool_turn(text)
     play_.new_messages = []
     try:
@@ -249,8 +282,8 @@ def _act(play_, text):
         else:
             observation, reward, terminated, truncated, _ = play_.box.step(
                 game_action(text) if kind == "game" else text)
-    except sandbox.SandboxError as e:
-        return _end(play_, "error", -1.0, f"{e.kind}: {e.message}")
+    except sandbox.SandboxError as e:   # only step() raising or breaking the contract is not FAILED
+        return _end_on_error(play_, e, failed=kind == "tool_calls" or e.kind != "contract")
     if kind == "malformed":   # METHOD 4.3: keep the tokens but out of the loss, and show the format
         episode, start = play_.episode, play_.turn_start
         episode.loss_mask[start:] = [0] * (len(episode.tokens) - start)
@@ -359,6 +392,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
 
     envs: objects with .env_id, .skill, .code. hints: None (unhinted) or one hint string per env.
     seeds: None or, per env, a list of `plays_per_env` reset seeds (see `play_seeds`).
+    max_turns: the agent's turn cap, also the cap on each environment's own max_turns (METHOD.md 1.1).
     params: engine.SamplingParams (its max_new_tokens is replaced per turn; a set seed advances by
     one per turn so turns do not replay one random stream). stats: an optional dict that receives
     wall_s, generate_s, env_s, num_generate_calls, num_episodes, num_generated_tokens.
@@ -393,7 +427,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
     pool = ThreadPoolExecutor(num_workers or min(32, 4 * (os.cpu_count() or 1)))
     bar = tqdm(total=len(plays), desc="agent play", disable=not progress)
     try:
-        in_pool(_start, [(p, timeout_s) for p in plays])
+        in_pool(_start, [(p, timeout_s, max_turns) for p in plays])
         prompts = [_render(tokenizer, p.episode.messages, p.tools, True) for p in running()]
         for p, token_ids in zip(running(), _encode(tokenizer, prompts)):
             _extend(p.episode, token_ids, 0)

@@ -6,6 +6,15 @@ max_turns cap, play-time coercion of what reset()/step() return, the designer's 
 (METHOD.md 3.1, plus a determinism check), and `ToolUseBaseEnv`, the base class that tool-use
 environments subclass without importing it. The code extraction and brace repair applied to a
 designer's response are pure text functions and also live here.
+
+The gate is deliberately stricter than METHOD.md 3.1 in three places:
+- a blank (whitespace-only) observation from reset() fails, not only an empty one: it would give
+  the agent an empty `Observation:` line and nothing to play.
+- reset(seed=123) must also return a non-blank observation, not merely not raise: every play resets
+  with its own seed (agent.play_seeds), so a seed other than 42 must give a playable game too.
+- the criteria gate (step 3) also runs at rollout 0 and rejects when cls() or reset(seed) raises
+  for a seed 0-2 instead of skipping that seed: such a game fails its plays at those seeds, and a
+  game written at rollout 0 is no more trustworthy than a later one.
 """
 import ast
 import itertools
@@ -18,6 +27,7 @@ MAX_ERROR_CHARS = 64 * 1024        # an environment's exception text is truncate
 MAX_ACTION_CHARS = 100_000         # METHOD 1.1: the action string is truncated to 100k chars
 PLAY_MAX_TURNS = 25                # METHOD 1.1: designed max_turns is capped at 25 at play time
 VALIDATION_PROBES = ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}")
+UNBOXED_PROBES = ("1", "2", "test")   # METHOD 3.1 step 2: exceptions ignored, only hangs count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,7 +93,7 @@ class ToolUseBaseEnv:
                 name, args = parsed["name"], parsed.get("arguments", parsed.get("parameters", {}))
             except (ValueError, KeyError, TypeError, AttributeError):
                 return reveal("Error: the tool call is not valid JSON with a name."), -0.1, False, truncated, {}
-            if name not in self._tools:
+            if not isinstance(name, str) or name not in self._tools:   # ["f"] is unknown, not a crash
                 return reveal(f"Unknown tool. Available tools: {', '.join(self._tools)}"), 0.0, False, truncated, {}
             return reveal("Tool result: " + self.execute_tool(name, args)["output"]), 0.0, False, truncated, {}
         return (reveal('Format error: call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call> '
@@ -262,8 +272,9 @@ def play_step(env, action):
 
 
 def gate(code):
-    """The official validation gate (METHOD.md 3.1 step 2) plus determinism. Returns the stage
-    that failed (or "passed") and an error message. Runs inside one child, within one deadline."""
+    """The official validation gate (METHOD.md 3.1 steps 2 and 3) plus determinism. Returns the
+    class name or fails with (stage, message). Runs inside one child, within one deadline, so a
+    hang anywhere, the unboxed probes included, is the caller's "timeout" stage."""
     def fail(stage, message):
         raise ContractError("contract", json.dumps([stage, message]))
 
@@ -314,9 +325,26 @@ def gate(code):
     reset(env, 123, "reseed")
     if reset(construct(), 42, "determinism") != first:
         fail("determinism", "two fresh instances reset with seed 42 gave different first observations")
+    unboxed_probes(construct)
     if isinstance(env, ToolUseBaseEnv):
         criteria_gate(cls, fail)
     return name
+
+
+def unboxed_probes(construct):
+    """METHOD 3.1 step 2's last check: on a fresh instance, reset() and step each UNBOXED_PROBES
+    action, ignoring every exception (the official wrapper swallows them). Only a hang fails, and
+    the caller's deadline turns it into the "timeout" stage: a game that loops on a reply without a
+    box would otherwise pass the gate and hang its first play with an unboxed reply."""
+    try:
+        env = construct()
+    except Exception:
+        return
+    for action in (None, *UNBOXED_PROBES):
+        try:
+            env.reset() if action is None else env.step(action)
+        except Exception:
+            pass
 
 
 def criteria_gate(cls, fail):

@@ -74,7 +74,8 @@ def truncate_words(text: str, max_words: int) -> str:
 
 @dataclass
 class Corpus:
-    """Grounding documents and the seeded sampler that draws one per designer attempt."""
+    """Grounding documents and the seeded sampler that draws one per designer attempt. `rng` is
+    public so that a checkpoint can save its state and a resumed run go on with the next document."""
     docs: list[str]
     doc_ids: list[str]
     seed: int = 42
@@ -82,11 +83,11 @@ class Corpus:
 
     def __post_init__(self):
         assert self.docs and len(self.docs) == len(self.doc_ids), "a corpus needs documents and ids"
-        self._rng = random.Random(self.seed)
+        self.rng = random.Random(self.seed)
 
     def sample(self) -> tuple[str, str]:
         """(doc_id, text) drawn uniformly; independent draws, i.e. with replacement across calls."""
-        i = self._rng.randrange(len(self.docs))
+        i = self.rng.randrange(len(self.docs))
         return self.doc_ids[i], self.docs[i]
 
 
@@ -172,7 +173,7 @@ def render_memory(positives: list[dict], negative: dict | None) -> str:
     if negative is not None:
         kind = "too easy" if negative["actor_win_rate"] > 0.9 else "too hard"
         lines += [prompts.MEMORY_AVOID,
-                  f"- {kind} (win_rate={negative['actor_win_rate']:.2f}): {negative['game_file']}"]
+                  f"- {kind} (win_rate={negative['actor_win_rate']:.2f}): class {negative['game_file']}"]
     return "\n".join(lines)
 
 

@@ -139,7 +139,10 @@ def learning_potential(outcomes: list[EnvOutcome], tracker: LearningPotentialTra
 DESIGNER_REWARDS = {"blend": blend, "solve_rate": solve_rate, "regret_based": regret_based,
                     "learning_potential": learning_potential}
 KEEPS_NEGATIVE = {"regret_based"}  # variants whose x < 0 is a deliberate penalty, not a masked sample
-NEEDS_HINTS = {"blend", "regret_based"}  # variants that read R_hint: only they pay for hinted plays
+# Variants whose regen steps write hints and run hinted plays: those that read R_hint, and solve_rate,
+# whose reward does not but whose memory records regret (METHOD 10: blend with plateau weight 1).
+# learning_potential computes none: its memory regret is 0 (METHOD 10).
+NEEDS_HINTS = {"blend", "regret_based", "solve_rate"}
 
 
 def keep_designer_sample(variant: str, x: float) -> bool:

@@ -5,8 +5,8 @@ paper (global batch = rollout batch). Top to bottom: `Sample`; the loss as small
 micro-batches by a token budget, packed into one row with variable-length attention on CUDA
 (attention.py: flash-attn if installed, else PyTorch's `varlen_attn`) or length-sorted padded rows
 with SDPA elsewhere; log-probs from the final hidden states through kernels.py (no [tokens x
-vocabulary] logits on CUDA); `make_optimizer` (8-bit AdamW), `update`, `shard_model` (FSDP2 under
-torchrun) and `push_weights`.
+vocabulary] logits on CUDA; there the loss and its gradients are formed in one sweep, `fused_grpo_loss`);
+`make_optimizer` (8-bit AdamW), `update`, `shard_model` (FSDP2 under torchrun) and `push_weights`.
 
 Tests: `python -m pytest tests/test_grpo.py -q`.
 
@@ -81,7 +81,10 @@ def tis_weight(old_logprobs, rollout_logprobs, cap=2.0):
 
     Corrects for the samples coming from another engine (vLLM numerics) and, for designer samples, from
     weights D updates old. Example: old = log 0.3, rollout = log 0.1 -> 3 -> capped to 2.0;
-    old = log 0.1, rollout = log 0.2 -> 0.5.
+    old = log 0.1, rollout = log 0.2 -> 0.5. Both engines report log-probs after top-k/top-p (vLLM's
+    "processed_logprobs"), while pi_old is the full tempered softmax, so with top_k 20 / top_p 0.95 the
+    weight also carries the probability mass inside the sampling nucleus (<= 1): the logged mean
+    tis_weight sits slightly below 1 even with identical numerics.
     """
     return torch.exp(old_logprobs - rollout_logprobs).clamp(max=cap).detach()
 
@@ -216,31 +219,82 @@ def collate(samples: list[Sample], packed: bool, device) -> MicroBatch:
                       torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device))
 
 
-def token_logprobs(model, batch: MicroBatch, temperature=1.0):
-    """Log-prob of every sample token under `model`: [B, L] rows, 0 at position 0 and on padding.
+def _final_hidden(model, batch: MicroBatch):
+    """(final hidden states [F, H] of every position that predicts a next token, those tokens [F], the
+    output projection [V, H]); F = rows x (S - 1).
 
-    Token i is scored from the final hidden state at i - 1. The whole model is called (not model.model)
-    so that FSDP2's root hooks gather the final norm and lm_head; an empty logits_to_keep stops it from
-    computing logits: kernels.py's fused Triton kernel scores the targets on CUDA without ever holding
-    the [T, V] logits (its torch reference elsewhere). Divide by the rollout temperature: the engine's
-    log-probs are of the tempered distribution.
+    The whole model is called (not model.model) so that FSDP2's root hooks gather the final norm and
+    lm_head; an empty logits_to_keep stops it from computing the [T, V] logits: kernels.py scores the
+    targets from the hidden states.
     """
-    import kernels  # lazily: Triton is only needed on CUDA
     no_logits = torch.empty(0, dtype=torch.long, device=batch.input_ids.device)
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                 position_ids=batch.position_ids, use_cache=False, output_hidden_states=True,
                 logits_to_keep=no_logits, **batch.varlen)
     hidden = out.hidden_states[-1]  # [R, S, H], after the final norm
-    num_rows, length, size = hidden.shape
-    weight = model.get_output_embeddings().weight  # [V, H]
-    flat = kernels.logprob_fn(hidden.device)(hidden[:, :-1].reshape(-1, size), weight,
-                                             batch.input_ids[:, 1:].reshape(-1), temperature)
+    return (hidden[:, :-1].reshape(-1, hidden.shape[-1]), batch.input_ids[:, 1:].reshape(-1),
+            model.get_output_embeddings().weight)
+
+
+def _per_sample(flat, batch: MicroBatch):
+    """Values of the F predicting positions -> per-sample rows [B, L]: token i of a sample gets the value
+    of the position before it; 0 at position 0, on padding and where a packed row crosses samples."""
+    num_rows, length = batch.input_ids.shape
     shifted = F.pad(flat.view(num_rows, length - 1), (1, 0))  # [R, S]
     if not batch.packed:
         return shifted * batch.attention_mask  # padding positions score the pad id: zero them
     # Each sample's first position holds the previous sample's last prediction: zero it.
     per_sample = pad_sequence(list(shifted[0].split(batch.lengths)), batch_first=True)
     return F.pad(per_sample[:, 1:], (1, 0))
+
+
+def token_logprobs(model, batch: MicroBatch, temperature=1.0):
+    """Log-prob of every sample token under `model`: [B, L] rows, 0 at position 0 and on padding.
+
+    Through kernels.py: the fused Triton kernel on CUDA (never the [T, V] logits), its fp32 torch
+    reference elsewhere. Divide by the rollout temperature: the engine's log-probs are of the tempered
+    distribution.
+    """
+    import kernels  # lazily: Triton is only needed on CUDA
+    hidden, targets, weight = _final_hidden(model, batch)
+    return _per_sample(kernels.logprob_fn(hidden.device)(hidden, weight, targets, temperature), batch)
+
+
+def fused_grpo_loss(model, batch: MicroBatch, temperature=1.0, clip_low=0.2, clip_high=0.28, tis_cap=2.0,
+                    kl_coef=0.0, ref_logprobs=None):
+    """`grpo_loss` of the micro-batch with the current weights as pi_old, through kernels.linear_token_loss:
+    the loss is a sum of per-token terms, so its gradient is formed during the forward sweep over the
+    vocabulary (three GEMMs, not four). Returns (loss, stats) as grpo_loss does, with the same values."""
+    import kernels
+    hidden, targets, weight = _final_hidden(model, batch)
+    # Which predicting position scores each (sample, token): its flat index + 1 through _per_sample, 0 = none.
+    index = torch.arange(1, targets.numel() + 1, device=targets.device, dtype=torch.float64)
+    where = _per_sample(index, batch).long() - 1
+    scored = where >= 0
+    mask = batch.loss_mask
+    weights = mask / mask.sum(-1, keepdim=True).clamp(min=1) / mask.shape[0]   # sample-level averaging
+
+    def flat(values):  # [B, L] -> [F], 0 at positions that score no sample token
+        out = torch.zeros(targets.numel(), device=targets.device, dtype=torch.float32)
+        out[where[scored]] = values[scored].float()
+        return out
+
+    coef, rollout = flat(weights), flat(batch.rollout_logprobs)
+    advantages, ref = flat(batch.advantages[:, None].expand_as(mask)), flat(ref_logprobs) if kl_coef else None
+
+    def token_loss(logprobs, rows):
+        old = logprobs.detach()
+        per_token = ppo_clip(logprobs, old, advantages[rows], clip_low, clip_high)[0]
+        per_token = per_token * tis_weight(old, rollout[rows], tis_cap)
+        if kl_coef != 0:
+            per_token = per_token + kl_coef * k3_kl(logprobs, ref[rows])
+        return (per_token * coef[rows]).sum()
+
+    loss, flat_logprobs = kernels.linear_token_loss(hidden, weight, targets, token_loss, temperature)
+    logprobs = _per_sample(flat_logprobs, batch)
+    stats = grpo_loss(logprobs, logprobs, batch.rollout_logprobs, batch.advantages, mask, clip_low, clip_high,
+                      tis_cap, kl_coef, ref_logprobs)[1]
+    return loss, stats
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -282,7 +336,7 @@ def frozen_copy(model):
 
 def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=16384, temperature=1.0,
                          clip_low=0.2, clip_high=0.28, tis_cap=2.0, kl_coef=0.0, ref_model=None,
-                         route: str | None = None) -> dict:
+                         route: str | None = None, fused_loss: bool | None = None) -> dict:
     """Backward the GRPO loss of the whole batch, micro-batch by micro-batch; returns summed stats.
 
     The gradients equal those of `grpo_loss` over all samples at once: each micro-batch's sample mean is
@@ -290,13 +344,15 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     rollout they have not changed since the batch was formed, so the old log-probs are the current ones,
     detached (ratio 1, gradient of log pi). That is Slime's value without a second forward pass; the
     clip only bites when a forker takes several steps per batch. Under torch.distributed every rank
-    passes the same full batch and trains on its share (`samples_for_rank`).
+    passes the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on
+    CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`.
     """
     assert samples, "update needs at least one sample"
     assert kl_coef == 0 or ref_model is not None, "kl_coef != 0 needs ref_model (see frozen_copy)"
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     route = route or attention.route(model)
     device = next(model.parameters()).device
+    fused_loss = device.type == "cuda" if fused_loss is None else fused_loss
     local = samples_for_rank(samples, rank, world)
     plan = [[local[i] for i in group] for group in
             plan_micro_batches([len(s.tokens) for s in local], micro_token_budget, route == "padded")]
@@ -315,13 +371,17 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
         for step in range(int(num_passes)):
             group, weight = (plan[step], 1.0) if step < len(plan) else ([samples[0]], 0.0)
             batch = collate(group, packed=route != "padded", device=device)
-            logprobs = token_logprobs(model, batch, temperature)
             ref_logprobs = None
             if kl_coef != 0:
                 with torch.no_grad():
                     ref_logprobs = token_logprobs(ref_model, batch, temperature)
-            loss, stats = grpo_loss(logprobs, logprobs.detach(), batch.rollout_logprobs, batch.advantages,
-                                    batch.loss_mask, clip_low, clip_high, tis_cap, kl_coef, ref_logprobs)
+            clips = (clip_low, clip_high, tis_cap, kl_coef)
+            if fused_loss:
+                loss, stats = fused_grpo_loss(model, batch, temperature, *clips, ref_logprobs)
+            else:
+                logprobs = token_logprobs(model, batch, temperature)
+                loss, stats = grpo_loss(logprobs, logprobs.detach(), batch.rollout_logprobs, batch.advantages,
+                                        batch.loss_mask, *clips, ref_logprobs)
             share = weight * len(group) / len(samples)
             # FSDP2 averages gradients over ranks; the shares already sum to 1 over all ranks.
             (loss * share * world).backward()
@@ -349,7 +409,7 @@ def update(model, optimizer, samples: list[Sample], *, micro_token_budget=16384,
     """One optimizer step on one rollout batch; returns the stats for the log line.
 
     loss_kwargs go to `accumulate_gradients` (temperature, clip_low/high, tis_cap, kl_coef, ref_model,
-    route: an attention.route name, by default the best one for the model). Stats: loss, pg_loss, kl,
+    route: an attention.route name, by default the best one for the model; fused_loss). Stats: loss, pg_loss, kl,
     clip_fraction, tis_weight, tis_capped_fraction, grad_norm (before clipping), num_tokens,
     num_loss_tokens, num_samples, num_micro_batches, seconds, and attention (the route that ran:
     "flash", "torch_varlen" or "padded").

@@ -18,7 +18,8 @@ TIS update on designer and agent samples together (grpo.py); the new weights go 
 Deliberate simplifications: the batch is not trimmed or padded to a fixed size (the loss is a mean
 over the samples present); under torchrun every rank runs the same rollouts (one engine per rank,
 vLLM tensor-parallel) and the update splits the samples between ranks; checkpoints keep the last
-two. Ctrl-C finishes the step's checkpoint and exits.
+two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Not implemented: thinking mode
+(the 8B runs' per-turn fan-out) and the fixed RLVE baseline (--pool covers fixed-pool GRPO).
 """
 import argparse
 import dataclasses
@@ -27,7 +28,6 @@ import json
 import os
 import random
 import re
-import shutil
 import sys
 import time
 from collections import defaultdict
@@ -36,6 +36,7 @@ from pathlib import Path
 
 import designer_rewards   # pure reward math (no torch): safe to import before argument parsing
 import regret
+from checkpoint import latest_checkpoint, restore, save_checkpoint
 
 ROOT = Path(__file__).resolve().parent
 
@@ -51,9 +52,10 @@ class Config:
     regen_interval: int = 0           # R: steps per pool; 0 = the setting's (4 games, 8 tool use)
     hint_plays: int = 16              # hinted plays per new environment (not trained)
     skills: str = ""                  # comma-separated skill names; "" = all six of the setting
-    skills_per_regen: int = 0         # skills per epoch; 0 = the setting's (3 games, 6 tool use)
+    skills_per_regen: int = 0         # skills per epoch; 0 = the setting's (3 games, 6 tool use; at most all)
     designer_attempts: int = 5        # validated tries per designer slot
     designer_reward: str = "blend"    # blend | solve_rate | regret_based | learning_potential
+    plateau_band: str = "0.4,0.6,0.25"  # lo,hi,ramp of the win-rate plateau (4B later phase: 0.2,0.4,0.2)
     temperature: float = 0.6          # agent and designer sampling temperature
     top_p: float = 0.95               # nucleus sampling of agent and designer
     top_k: int = 20                   # top-k sampling of agent and designer
@@ -61,8 +63,8 @@ class Config:
     max_turns: int = 25               # agent turns per episode
     max_context: int = 32768          # tokens per episode
     max_new_tokens: int = 8192        # agent tokens per turn
-    designer_max_tokens: int = 16384  # tokens per environment written
-    hint_max_tokens: int = 4096       # tokens per hint
+    designer_max_tokens: int = 0      # tokens per environment written; 0 = the model's (16384; 20000 Qwen3-8B)
+    hint_max_tokens: int = 0          # tokens per hint; 0 = the setting's (4096 games; tool use 2048, 512 Qwen3-4B)
     corpus: str = ""                  # JSONL with orig_doc/text; "" = built from the stdlib's docs
     corpus_max_words: int = 0         # document truncation; 0 = the setting's (6000 games, 4000 tool use)
     no_corpus: bool = False           # ablation: no grounding document
@@ -70,7 +72,7 @@ class Config:
     no_designer_training: bool = False  # ablation: designer samples are generated but not trained
     pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
     lr: float = 1e-6                  # AdamW learning rate (constant)
-    kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for 8B and tool use)
+    kl_coef: float = -1.0             # k3 KL to the initial model; -1 = the paper's (0.005 tool use and 8B, else 0)
     micro_token_budget: int = 16384   # tokens per micro-batch in the update
     engine: str = "auto"              # hf | vllm | auto (vllm on CUDA when installed)
     out: str = "out"                   # where runs are written
@@ -81,20 +83,25 @@ class Config:
     wandb: bool = False               # also log metrics to Weights & Biases
 
     def derive(self):
-        """Fill the values that depend on others, then check the whole config once."""
-        tool_use = self.setting == "tool_use"
+        """Fill the values that depend on others (METHOD 7.3's columns), then check the whole config once."""
+        tool_use, model = self.setting == "tool_use", self.model.lower()
+        num_skills = len(self.skill_list())
         self.regen_interval = self.regen_interval or (8 if tool_use else 4)
-        self.skills_per_regen = self.skills_per_regen or (6 if tool_use else 3)
+        self.skills_per_regen = self.skills_per_regen or min(6 if tool_use else 3, num_skills)
         self.corpus_max_words = self.corpus_max_words or (4000 if tool_use else 6000)
+        self.hint_max_tokens = self.hint_max_tokens or ((512 if "qwen3-4b" in model else 2048) if tool_use else 4096)
+        self.designer_max_tokens = self.designer_max_tokens or (20000 if "qwen3-8b" in model else 16384)
+        if self.kl_coef < 0:
+            self.kl_coef = 0.005 if tool_use or "qwen3-8b" in model else 0.0
         self.run = self.run or time.strftime("%Y%m%d-%H%M%S")
         problems = [msg for bad, msg in [
             (self.setting not in ("games", "tool_use"), f"--setting must be games or tool_use, not {self.setting!r}"),
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
             (self.num_envs < 1 or self.steps < 1, "--num-envs and --steps must be positive"),
-            (len(self.skill_list()) % self.skills_per_regen != 0 and not self.pool,
-             f"{len(self.skill_list())} skills do not divide into epochs of --skills-per-regen {self.skills_per_regen}"),
-            (self.num_envs % min(self.skills_per_regen, len(self.skill_list())) != 0 and not self.pool,
-             f"--num-envs {self.num_envs} does not divide among {self.skills_per_regen} skills per epoch"),
+            (self.skills_per_regen > num_skills and not self.pool,
+             f"--skills-per-regen {self.skills_per_regen} is more than the {num_skills} skills"),
+            (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
+                                     f"not {self.plateau_band!r}"),
             (self.preset not in ("auto", "paper", "embedded"), f"--preset must be auto, paper or embedded, not {self.preset!r}"),
             (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
             (self.designer_reward not in designer_rewards.DESIGNER_REWARDS,
@@ -105,6 +112,14 @@ class Config:
         if problems:
             raise SystemExit(f"spade.py: {problems[0]}")
         return self
+
+    def plateau(self):
+        """--plateau-band as score_designer_batch's keywords {lo, hi, ramp}; None when malformed."""
+        try:
+            lo, hi, ramp = (float(x) for x in self.plateau_band.split(","))
+        except ValueError:
+            return None
+        return dict(lo=lo, hi=hi, ramp=ramp) if 0 <= lo < hi <= 1 and ramp > 0 else None
 
     def skill_list(self):
         from envs import GAME_SKILLS, TOOL_SKILLS
@@ -132,7 +147,8 @@ def parse_config(argv):
             parser.add_argument(flag, action="store_true", help=text)
         else:
             parser.add_argument(flag, type=field.type, default=None, help=text)
-    given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v not in (None, False)}
+    # Given = on the command line; `is not` keeps an explicit 0 (e.g. --kl-coef 0 for tool use).
+    given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None and v is not False}
     if given.get("resume"):                          # a resumed run keeps its saved config
         latest = Path(given["resume"]) / "latest"
         if not latest.is_file():
@@ -166,19 +182,20 @@ def main(argv=None):
     log = report.Log(run_dir, cfg, rank)
     random.seed(cfg.seed), torch.manual_seed(cfg.seed)
 
-    # --- the model, its two views (trainer + engine), the optimizer ---------------------------------
+    # --- the model, its two views (trainer + engine), the KL reference, the optimizer ---------------
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         model, tokenizer = engine.load_model(str(checkpoint / "model") if checkpoint else cfg.model)
+        ref_model = kl_reference(cfg, model, resumed=checkpoint is not None)
     except (OSError, ValueError, engine.ModelLoadError) as e:   # an unknown model: one sentence, no trace
         raise SystemExit(f"spade.py: {e}")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model.to(device)
-    if world > 1:
-        grpo.shard_model(model)
+    for module in filter(None, (model, ref_model)):  # sharded after the copy: FSDP2 modules cannot be copied
+        module.to(device)
+        if world > 1:
+            grpo.shard_model(module)
     kind = cfg.engine if cfg.engine != "auto" else ("vllm" if device == "cuda" and has_vllm() else "hf")
     gen = engine.make_engine(model, tokenizer, kind)
     optimizer = grpo.make_optimizer(model, lr=cfg.lr)
-    ref_model = grpo.frozen_copy(model) if cfg.kl_coef else None
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     designer_params = dataclasses.replace(agent_params, max_new_tokens=cfg.designer_max_tokens)
     hint_params = engine.SamplingParams(cfg.hint_temperature, top_p=0.9, top_k=0, max_new_tokens=cfg.hint_max_tokens)
@@ -194,10 +211,11 @@ def main(argv=None):
     except (OSError, ValueError) as e:                  # a missing or empty corpus
         raise SystemExit(f"spade.py: {e}")
     memory = None if cfg.no_memory or cfg.pool else designer.EnvMemory(run_dir / "env_memory.json")
+    # pool_rng: the fixed pool's own shuffle, seed 42 as the paper's baseline (METHOD 10).
     state = dict(step=0, pool=[], epoch=None, tracker=designer_rewards.LearningPotentialTracker(), order=[],
-                 rng=random.Random(cfg.seed))
+                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set())
     if checkpoint:
-        state = restore(checkpoint, optimizer, memory)
+        state = restore(checkpoint, optimizer, memory, corpus, rank)
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
     elif memory is not None and not memory.records:
         memory.seed_from(seeds)
@@ -207,7 +225,7 @@ def main(argv=None):
     for step in range(state["step"], cfg.steps):
         times, metrics, start = {}, {"step": step}, time.perf_counter()
         regen = fixed_pool is None and step % cfg.regen_interval == 0
-        designer_batch = []
+        finished = []                                        # epochs whose designer samples are scored now
         if fixed_pool is not None:                           # baseline: a fixed pool, no designer
             state["pool"] = next_from_pool(fixed_pool, state, cfg.num_envs)
         elif regen:
@@ -227,63 +245,63 @@ def main(argv=None):
                 hinted = agent.play(new_envs, gen, tokenizer, cfg.hint_plays, hints or None, params=agent_params,
                                     seeds=[agent.play_seeds(e.env_id, cfg.hint_plays, step) for e in new_envs],
                                     **play_limits(cfg)) if hints else []
-            # 2. The delayed designer rewards of the finished epoch (D = R): scored now that all its plays are known.
-            designer_batch = score_epoch(state, cfg, num_agent=len(state["pool"]) * cfg.plays_per_env)
-            metrics.update(designer_metrics(designer_batch))
+                scored_hinted, hung = drop_failed(hinted, state["blacklist"])
             topup = state["rng"].sample(seeds, min(len(seeds), max(0, cfg.num_envs - len(new_envs))))
             if topup:
                 log.print(f"designer: {len(new_envs)}/{cfg.num_envs} valid; topping up the pool with "
                           f"{len(topup)} seed environments from envs/ (not rewarded to the designer)")
+            finished.append(state["epoch"])                  # the previous epoch: all its plays are known
             state["pool"] = new_envs + topup
             state["epoch"] = dict(t0=step, envs=new_envs, samples=samples, hints=hints,
-                                  hinted=group_rewards(hinted), window={e.env_id: [] for e in new_envs},
-                                  timeouts=set(), hinted_episodes=hinted, rejected=stats["failures"])
-        # 3. The agent plays every pool environment K times (trained); advantages z-scored per environment.
+                                  hinted=group_rewards(scored_hinted), window={e.env_id: [] for e in new_envs},
+                                  timeouts=hung, hinted_episodes=hinted, rejected=stats["failures"])
+        # 2. The agent plays every pool environment K times (trained); advantages z-scored per environment.
         #    Seeds are per play and salted by step; at a regen step the hinted plays above used the same
         #    seeds, so both arms of the regret meet the same instances (METHOD 13.3).
+        #    FAILED plays (hangs, crashes, load or tool failures) are dropped, and a game that hung is
+        #    never played again (METHOD 3.3).
+        pool = [e for e in state["pool"] if e.env_id not in state["blacklist"]]
         with timer(times, "play"):
-            episodes = agent.play(state["pool"], gen, tokenizer, cfg.plays_per_env, params=agent_params,
-                                  seeds=[agent.play_seeds(e.env_id, cfg.plays_per_env, step) for e in state["pool"]],
-                                  stats=(play_stats := {}), **play_limits(cfg))
+            played = agent.play(pool, gen, tokenizer, cfg.plays_per_env, params=agent_params,
+                                seeds=[agent.play_seeds(e.env_id, cfg.plays_per_env, step) for e in pool],
+                                stats=(play_stats := {}), **play_limits(cfg))
+        episodes, hung = drop_failed(played, state["blacklist"])
         rewards = group_rewards(episodes)
-        agent_samples = [grpo.Sample(e.tokens, e.loss_mask, e.logprobs, a)
-                         for e, a in zip(episodes, episode_advantages(episodes)) if any(e.loss_mask)]
+        agent_samples = trained_agent_samples(episodes, compact_filter=cfg.setting == "tool_use")
+        metrics["agent/samples"] = len(agent_samples)
         epoch = state["epoch"]
         if epoch is not None:                                # accumulate the epoch's unhinted rewards per env
             for env_id, window in epoch["window"].items():
                 window.append(rewards.get(env_id, []))
-            epoch["timeouts"] |= {e.env_id for e in episodes if e.error and e.error.startswith("timeout")}
-        # 4. Memory records each new environment with its win rate and regret at the regen step.
+            epoch["timeouts"] |= hung
+        # 3. Memory records each new environment with its win rate and regret at the regen step.
         if regen:
-            scores = {}
-            for env in epoch["envs"]:
-                step0 = rewards.get(env.env_id, [])
-                raw = designer_rewards.EnvOutcome(env.skill, [step0], epoch["hinted"].get(env.env_id, [])).regret
-                scores[env.env_id] = dict(win_rate=regret.win_rate(step0), regret=raw)
-                if memory is not None:
-                    memory.add(env.env_id, env.skill, env.code, regret.win_rate(step0), raw, step)
-            if memory is not None:
-                memory.save()
-            metrics.update(log.samples(step, epoch, episodes, scores))
-            del epoch["hinted_episodes"], epoch["rejected"]   # on disk now; keep checkpoints small
-        if step == cfg.steps - 1 and fixed_pool is None and not regen:   # final flush (METHOD 6.2 step 5)
-            designer_batch = score_epoch(state, cfg, num_agent=len(episodes))
-            metrics.update(designer_metrics(designer_batch))
+            metrics.update(remember_new_envs(epoch, rewards, played, memory, log, step))
+        # 4. The delayed designer rewards (D = R): the epoch that ended at this regen step, and on the
+        #    last step the open epoch with whatever plays it has, even one begun now (METHOD 6.2 step 5).
+        #    The role scale counts this step's agent samples, compact-filtered ones too (METHOD 6.2 step 4).
+        if step == cfg.steps - 1:
+            finished.append(state["epoch"])
+            state["epoch"] = None
+        designer_batch = [scored for done in finished for scored in score_epoch(
+            done, cfg, state["tracker"], num_agent=sum(any(e.loss_mask) for e in episodes))]
+        metrics.update(designer_metrics(designer_batch))
         # 5. One PPO-clip + TIS update on designer and agent samples together, then push the weights.
+        #    Every rank passes the whole batch: accumulate_gradients trains each rank on its share.
         batch = ([] if cfg.no_designer_training else [s for s, _ in designer_batch]) + agent_samples
         with timer(times, "update"):
             gen.sleep()
-            update = grpo.update(model, optimizer, grpo.samples_for_rank(batch, rank, world),
-                                 micro_token_budget=cfg.micro_token_budget, temperature=cfg.temperature,
+            update = grpo.update(model, optimizer, batch, micro_token_budget=cfg.micro_token_budget,
+                                 temperature=cfg.temperature,
                                  activation_checkpointing=device == "cuda",   # activations, not weights, fill a GPU
                                  kl_coef=cfg.kl_coef, ref_model=ref_model) if batch else {}
             grpo.push_weights(model, gen)
         # 6. Log one line; save a checkpoint every N steps, at the end, and on Ctrl-C.
         state["step"] = step + 1
-        metrics.update(step_metrics(episodes, rewards, update, play_stats, times, start))
+        metrics.update(step_metrics(played, episodes, rewards, update, play_stats, times, start))
         log.step(metrics)
         if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stop.is_set():
-            save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank)
+            save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, corpus, state, rank)
         if stop.is_set():
             log.print(f"interrupted: saved step {state['step']}; continue with --resume {run_dir}")
             return
@@ -294,6 +312,16 @@ def main(argv=None):
 # --- the phases' small helpers -------------------------------------------------------------------
 def play_limits(cfg):
     return dict(max_turns=cfg.max_turns, max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens)
+
+
+def drop_failed(episodes, blacklist):
+    """(the scored episodes, the environments that hung). FAILED plays are dropped, not scored (METHOD
+    3.3); an environment whose load, reset or step hung joins the blacklist: it is not played again
+    this run, and the designer's regret_based reward flags it. A hung tool call fails only its play."""
+    hung = {e.env_id for e in episodes
+            if e.failed and e.error.startswith("timeout") and not e.error.startswith("timeout: call_tool")}
+    blacklist |= hung
+    return [e for e in episodes if not e.failed], hung
 
 
 def group_rewards(episodes):
@@ -316,17 +344,55 @@ def episode_advantages(episodes):
     return [advantages[i] for i in range(len(episodes))]
 
 
-def score_epoch(state, cfg, num_agent):
-    """The finished epoch's designer samples with their advantages: [(grpo.Sample, raw x)]."""
+def trained_agent_samples(episodes, compact_filter):
+    """The agent's samples: every episode with generated tokens, with its z-scored advantage. The
+    compact filter (tool use, METHOD 4.3) leaves truncated episodes out of training, after the
+    z-scores: they still count in their environment's mean and std."""
     import grpo
-    epoch, state["epoch"] = state["epoch"], None
+    return [grpo.Sample(e.tokens, e.loss_mask, e.logprobs, a) for e, a in zip(episodes, episode_advantages(episodes))
+            if any(e.loss_mask) and not (compact_filter and e.status == "truncated")]
+
+
+def kl_reference(cfg, model, resumed):
+    """The frozen initial model of the KL term (METHOD 7.2), or None when kl_coef is 0. A resumed
+    policy holds trained weights, so the reference is then loaded from cfg.model (the saved config
+    keeps the initial name). Built before `shard_model`, and sharded the same way by the caller."""
+    import engine
+    import grpo
+    if not cfg.kl_coef:
+        return None
+    if not resumed:
+        return grpo.frozen_copy(model)
+    return engine.load_model(cfg.model)[0].eval().requires_grad_(False)   # already a copy of its own
+
+
+def remember_new_envs(epoch, rewards, episodes, memory, log, step):
+    """Memory records each new environment with its win rate and raw regret at the regen step
+    (METHOD 8); the step's samples are dumped for people. Returns the dump's metrics."""
+    scores = {}
+    for env in epoch["envs"]:
+        step0 = rewards.get(env.env_id, [])
+        raw = designer_rewards.EnvOutcome(env.skill, [step0], epoch["hinted"].get(env.env_id, [])).regret
+        scores[env.env_id] = dict(win_rate=regret.win_rate(step0), regret=raw)
+        if memory is not None:
+            memory.add(env.env_id, env.skill, env.code, regret.win_rate(step0), raw, step)
+    if memory is not None:
+        memory.save()
+    metrics = log.samples(step, epoch, episodes, scores)
+    del epoch["hinted_episodes"], epoch["rejected"]   # on disk now; keep checkpoints small
+    return metrics
+
+
+def score_epoch(epoch, cfg, tracker, num_agent):
+    """A finished epoch's designer samples with their advantages: [(grpo.Sample, raw x)]."""
+    import grpo
     if not epoch or not epoch["samples"]:
         return []
     outcomes = [designer_rewards.EnvOutcome(s.skill, epoch["window"][s.env_id], epoch["hinted"].get(s.env_id, []),
                                             s.env_id in epoch["timeouts"]) for s in epoch["samples"]]
     raw, advantages = designer_rewards.score_designer_batch(cfg.designer_reward, outcomes, num_agent=num_agent,
-                                                            regen_interval=cfg.regen_interval,
-                                                            tracker=state["tracker"])
+                                                            regen_interval=cfg.regen_interval, tracker=tracker,
+                                                            **cfg.plateau())
     return [(grpo.Sample(s.tokens, s.loss_mask, s.logprobs, a), x)
             for s, x, a in zip(epoch["samples"], raw, advantages) if a is not None]
 
@@ -341,16 +407,17 @@ def next_from_pool(pool, state, n):
     while len(chosen) < min(n, len(pool)):
         if not state["order"]:
             state["order"] = list(range(len(pool)))
-            state["rng"].shuffle(state["order"])
+            state["pool_rng"].shuffle(state["order"])
         chosen.append(pool[state["order"].pop()])
     return chosen
 
 
-def step_metrics(episodes, rewards, update, play_stats, times, start):
+def step_metrics(played, episodes, rewards, update, play_stats, times, start):
     win_rates = [sum(r > 0 for r in rs) / len(rs) for rs in rewards.values() if rs]
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "agent/reward": sum(e.reward for e in episodes) / max(1, len(episodes)),
-            "agent/error_rate": sum(e.status == "error" for e in episodes) / max(1, len(episodes)),
+            "agent/error_rate": sum(e.status == "error" for e in played) / max(1, len(played)),
+            "agent/failed_rate": sum(e.failed for e in played) / max(1, len(played)),
             "agent/band_share": sum(0.2 <= w <= 0.8 for w in win_rates) / max(1, len(win_rates)),
             "tokens_per_s": play_stats.get("num_generated_tokens", 0) / max(1e-9, times.get("play", 0.0)),
             **{f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))},
@@ -397,55 +464,6 @@ def setup_distributed():
 def has_vllm():
     import importlib.util
     return importlib.util.find_spec("vllm") is not None
-
-
-# --- checkpoints: written aside, then renamed into place, so a kill never leaves half of one -------
-def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank):
-    import torch
-    full_state = grpo_full_state_dict(model)          # a collective under FSDP2: every rank calls it
-    if rank != 0:
-        return
-    name = f"ckpt-{state['step']:05d}"
-    tmp = run_dir / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / "model", state_dict=full_state)
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save({"optimizer": optimizer.state_dict(), "state": state, "python_rng": random.getstate(),
-                "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
-    (tmp / "env_memory.json").write_text(json.dumps(memory.records if memory else []))
-    shutil.rmtree(run_dir / name, ignore_errors=True)
-    os.replace(tmp, run_dir / name)
-    pointer = run_dir / ".latest.tmp"
-    pointer.write_text(json.dumps({"checkpoint": name, "step": state["step"], "config": dataclasses.asdict(cfg)}))
-    os.replace(pointer, run_dir / "latest")
-    for old in sorted(run_dir.glob("ckpt-*"))[:-2]:   # keep the last two
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def grpo_full_state_dict(model):
-    """None in one process (save_pretrained reads the model); the gathered state dict under FSDP2."""
-    import grpo
-    if not grpo.is_sharded(model):
-        return None
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
-def latest_checkpoint(run_dir):
-    return run_dir / json.loads((run_dir / "latest").read_text())["checkpoint"]
-
-
-def restore(checkpoint, optimizer, memory):
-    """Optimizer, loop state, RNGs and environment memory as they were when the checkpoint was saved."""
-    import torch
-    saved = torch.load(checkpoint / "state.pt", weights_only=False)   # our own file, written above
-    optimizer.load_state_dict(saved["optimizer"])
-    random.setstate(saved["python_rng"])
-    torch.set_rng_state(saved["torch_rng"])
-    if memory is not None:
-        memory.records = json.loads((checkpoint / "env_memory.json").read_text())
-        memory.save()
-    return saved["state"]
 
 
 if __name__ == "__main__":

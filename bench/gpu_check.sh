@@ -57,7 +57,7 @@ PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts=)
 step kernel_tests 50 "${PYTEST[@]}" -x tests/test_kernels.py
 step logprob_bench 90 "$PY" bench/logprob_bench.py
 step generate_bench 80 "$PY" bench/generate_bench.py
-step update_bench 180 "$PY" bench/update_bench.py
+step update_bench 180 "$PY" bench/update_bench.py --iters 1
 step cuda_tests 50 "${PYTEST[@]}" tests/test_engine.py tests/test_grpo.py -k cuda
 rm -rf "$RUN_DIR"
 step spade_3_steps 70 "$PY" spade.py --model random-qwen3-1.7b --preset embedded --steps 3 --engine hf \

@@ -26,32 +26,37 @@ import kernels  # noqa: E402
 
 POINTERS = {"forward": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32"),
             "dlogits": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32", "*bf16"),
-            "grad_hidden": ("*bf16", "*bf16", "*fp32")}
-DIVISIBLE = {"T", "V", "H", "VC", "v_per_split", "v_offset", "M", "N", "K"}   # by 16 at the bench shapes
+            "grad_hidden": ("*bf16", "*bf16", "*fp32"),
+            "row_lse": ("*fp32", "*i64", "*fp32", "*fp32"),                          # linear_token_loss
+            "row_dlogits": ("*fp32", "*bf16", "*i64", "*fp32", "*fp32")}
+DIVISIBLE = {"T", "V", "H", "VC", "v_per_split", "v_offset", "M", "N", "K", "stride", "z_stride", "d_stride"}
 
 
-def _launch(name, tiles):
-    """(kernel, constexpr values) as kernels.py launches it with these tiles."""
+def _launch(name, tiles, sweep):
+    """(kernel, constexpr values, launch options) as kernels.py launches it with these knobs."""
     sizes = dict(BT=tiles.block_t, BV=tiles.block_v, BK=tiles.block_k, UPCAST=False)
+    options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
     if name == "forward":
-        return kernels._forward_kernel, sizes
+        return kernels._forward_kernel, sizes, options
     if name == "dlogits":
-        return kernels._dlogits_kernel, dict(sizes, GROUP=tiles.group)
+        return kernels._dlogits_kernel, dict(sizes, GROUP=tiles.group), options
+    if name.startswith("row_"):
+        fn = kernels._row_lse_kernel if name == "row_lse" else kernels._row_dlogits_kernel
+        return fn, dict(BV=sweep.block_v), dict(num_warps=sweep.num_warps)
     return kernels._accumulate_matmul_kernel, dict(BM=tiles.block_t, BN=tiles.block_v, BK=tiles.block_k,
-                                                   GROUP=tiles.group, UPCAST=False)
+                                                   GROUP=tiles.group, UPCAST=False), options
 
 
-def resources(name: str, tiles: kernels.Tiles = kernels.Tiles()) -> dict:
-    """Compile one kernel ("forward", "dlogits" or "grad_hidden") for sm_90 and read what it uses."""
-    fn, constexprs = _launch(name, tiles)
+def resources(name: str, tiles: kernels.Tiles = kernels.Tiles(), sweep: kernels.Sweep = kernels.Sweep()) -> dict:
+    """Compile one kernel (a POINTERS key) for sm_90 and read what it uses."""
+    fn, constexprs, options = _launch(name, tiles, sweep)
     args = fn.arg_names
     pointers = iter(POINTERS[name])
     signature = {a: "constexpr" if a in constexprs else "fp32" if a == "inv_temp" else
                  next(pointers) if a.endswith("_ptr") else "i32" for a in args}
     aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(args) if a.endswith("_ptr") or a in DIVISIBLE}
     compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned),
-                              target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages))
+                              target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
         cubin.flush()
@@ -69,12 +74,15 @@ def main():
     print(f"kernels.py on sm_90, triton {triton.__version__} (ahead-of-time, no GPU needed)\n")
     print(f"{'tiles (T x V x K, warps, stages)':<34} {'kernel':<12} {'regs':>5} {'spill B':>8} {'shared KiB':>10} "
           f"{'async copies':>12} {'wgmma':>6}")
-    for tiles in (kernels.Tiles(), kernels.Tiles(block_v=256)):
-        label = f"{tiles.block_t} x {tiles.block_v} x {tiles.block_k}, {tiles.num_warps}, {tiles.num_stages}"
-        for name in POINTERS:
-            r = resources(name, tiles)
-            print(f"{label:<34} {name:<12} {r['registers']:>5} {r['spill_bytes']:>8} {r['shared_bytes'] / 1024:>10.0f} "
-                  f"{r['async_copies']:>12} {r['wgmma']:>6}")
+    sweep = kernels.Sweep()
+    runs = [(f"{t.block_t} x {t.block_v} x {t.block_k}, {t.num_warps}, {t.num_stages}", t, name)
+            for t in (kernels.Tiles(), kernels.Tiles(block_v=256)) for name in list(POINTERS)[:3]]
+    runs += [(f"rows of {sweep.block_v}, {sweep.num_warps} warps", kernels.Tiles(), name)
+             for name in ("row_lse", "row_dlogits")]
+    for label, tiles, name in runs:
+        r = resources(name, tiles, sweep)
+        print(f"{label:<34} {name:<12} {r['registers']:>5} {r['spill_bytes']:>8} {r['shared_bytes'] / 1024:>10.1f} "
+              f"{r['async_copies']:>12} {r['wgmma']:>6}")
 
 
 if __name__ == "__main__":

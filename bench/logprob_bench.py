@@ -9,11 +9,15 @@ Rows per shape (T tokens, H hidden, V vocabulary), all bf16 inputs with fp32 sof
   liger        LigerFusedLinearCrossEntropyLoss(reduction="none"), if liger_kernel imports
   three GEMMs  h @ W.T, g @ W and g.T @ h in bf16 with preallocated outputs: the practical floor
   ours         kernels.fused_linear_logprob (default 128 x 128 tiles; and a 128 x 256 variant)
+  sweep        kernels.linear_token_loss, the GRPO-loss variant (three GEMMs: loss and gradients in one
+               sweep of 512-token chunks; and 256-token chunks), with token_loss = sum(upstream * logprob),
+               whose gradients are exactly those of the other rows
 Time: median of CUDA-event timings of forward + backward (upstream gradient random), after warm-up.
 Peak extra: torch.cuda.max_memory_allocated() during one step minus what was allocated before it (the
 inputs); it includes the bf16 gradients of h and W, which every method must return, so the table also
 shows it net of them. TFLOP/s counts the three GEMMs' 6*T*H*V flops for every row.
-Not measured here: correctness (tests/test_kernels.py does that; one sanity line is printed).
+Not measured here: correctness (tests/test_kernels.py does that; sanity lines compare ours and the sweep
+with the fp32 reference at the first shape, gradients included).
 """
 import argparse
 import statistics
@@ -43,6 +47,17 @@ def chunked(hidden, weight, targets):
 
 def wide_tiles(hidden, weight, targets):
     return kernels.fused_linear_logprob(hidden, weight, targets, tiles=kernels.Tiles(block_v=256))
+
+
+def sweep_step(hidden, weight, targets, upstream, sweep=kernels.Sweep()):
+    """linear_token_loss with the loss sum(upstream * logprob): the same gradients as method_step's."""
+    def token_loss(logprobs, rows):
+        return (logprobs * upstream[rows]).sum()
+
+    def step():
+        hidden.grad = weight.grad = None
+        kernels.linear_token_loss(hidden, weight, targets, token_loss, sweep=sweep)[0].backward()
+    return step
 
 
 def liger_fn():
@@ -108,12 +123,31 @@ def three_gemm_step(hidden, weight):
     return step
 
 
-def sanity_line(hidden, weight, targets):
-    """One line: ours against the fp32 reference on the first 512 tokens (forward only)."""
-    h, t = hidden[:512].detach(), targets[:512]
-    with torch.no_grad():
-        diff = (kernels.fused_linear_logprob(h, weight, t) - kernels.linear_logprob_reference(h, weight, t)).abs()
-    return f"sanity: ours vs fp32 reference, first 512 tokens of the first shape: max |d logprob| = {diff.max():.2e}"
+def sanity_lines(hidden, weight, targets, upstream):
+    """Ours and the sweep against the fp32 reference (TF32 off) at the first shape: the largest log-prob
+    difference and the norm-wise relative error of both gradients (the sweep rounds grad_weight once per
+    chunk: 16 times at 8192 tokens)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    runs = {"fp32 reference": lambda h, w: kernels.linear_logprob_reference(h.float(), w.float(), targets),
+            "ours": lambda h, w: kernels.fused_linear_logprob(h, w, targets),
+            "sweep": lambda h, w: kernels.linear_token_loss(h, w, targets, lambda lp, rows: (lp * upstream[rows]).sum())}
+    results = {}
+    for name, run in runs.items():
+        h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+        out = run(h, w)
+        if name == "sweep":
+            out[0].backward()
+            out = out[1]
+        else:
+            out.backward(upstream)
+        results[name] = out.detach(), h.grad.double(), w.grad.double()
+        del h, w, out
+    exact = results.pop("fp32 reference")
+    return "\n".join(
+        f"sanity: {name} vs fp32 reference: max |d logprob| {(r[0] - exact[0]).abs().max():.2e}, relative error "
+        + ", ".join(f"grad {g} {((a - b).norm() / b.norm()).item():.2e}" for g, a, b in
+                    (("hidden", r[1], exact[1]), ("weight", r[2], exact[2])))
+        for name, r in results.items())
 
 
 def bench_shape(T, H, V, iters, device, liger, want_sanity):
@@ -135,6 +169,9 @@ def bench_shape(T, H, V, iters, device, liger, want_sanity):
         "ours": step_of(kernels.fused_linear_logprob) if cuda else "needs CUDA (Triton)",
         # The first tuning experiment of bench/NOTES.md, measured in the same run: wider tiles.
         "ours 128x256": step_of(wide_tiles) if cuda else "needs CUDA (Triton)",
+        "sweep": (lambda: sweep_step(hidden, weight, targets, upstream)) if cuda else "needs CUDA (Triton)",
+        "sweep C=256": (lambda: sweep_step(hidden, weight, targets, upstream, kernels.Sweep(chunk_tokens=256)))
+                       if cuda else "needs CUDA (Triton)",
     }
     results = {}
     for name, make_step in rows.items():
@@ -150,7 +187,7 @@ def bench_shape(T, H, V, iters, device, liger, want_sanity):
         hidden.grad = weight.grad = None
         if cuda:
             torch.cuda.empty_cache()
-    sanity = sanity_line(hidden, weight, targets) if want_sanity and cuda and T >= 512 else None
+    sanity = sanity_lines(hidden, weight, targets, upstream) if want_sanity and cuda else None
     return results, (T * H + V * H) * 2, sanity
 
 

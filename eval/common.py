@@ -71,10 +71,17 @@ def chat_prompt(tokenizer, messages: list, tools: list | None = None) -> list[in
 
 def generate_texts(engine, prompts: list[list[int]], params: SamplingParams, options: Options) -> list[dict]:
     """One completion per prompt, in batches of `options.batch_size`: `{"response", "finish_reason",
-    "num_tokens"}`. Batch i samples with seed `options.seed + i`, so a run is reproducible."""
+    "num_tokens"}`, reproducible from `options.seed`.
+
+    A batch is seeded by the offset of its first prompt, `options.seed + start`. The trap: the vLLM
+    engine gives request j of a call the seed `params.seed + j`, so seeding batch i with `seed + i`
+    made consecutive batches share all but one seed, and the copies of one problem that straddle a
+    batch boundary came out identical (half of AIME's 64 samples at batch 32). With the offset, the
+    prompt at position p of the whole list always samples with `options.seed + p`.
+    """
     out = []
-    for i, start in enumerate(range(0, len(prompts), options.batch_size)):
-        batch_params = dataclasses.replace(params, seed=options.seed + i)
+    for start in range(0, len(prompts), options.batch_size):
+        batch_params = dataclasses.replace(params, seed=options.seed + start)
         for completion in engine.generate(prompts[start:start + options.batch_size], batch_params):
             text = engine.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
             out.append({"response": text, "finish_reason": completion.finish_reason,

@@ -20,6 +20,29 @@ What each needs, all checked before anything runs (a missing piece is one senten
   the agent endpoint and the user model (paper: gpt-4o). Settings: T 0.7, top_p 1.0, 16384 tokens,
   at most 40 dialog turns; the Agent score is the harness's `end_to_end_accuracy`.
 
+What is forwarded to the harnesses, and what is not:
+- tau2 gets exactly the flags in `evaluate_tau2` (domain, base split, trials, max steps, agent and
+  user LLMs with their sampling args and `api_base`, `--num-tasks` under `--limit`) and
+  `TAU2_DATA_DIR`. `--samples` sets the trials.
+- ACEBench `generate.py` gets `--model`, `--category agent`, `--language en`, `--temperature 0.7`,
+  `--top-p 1.0`, `--max-tokens 16384`, `--max-dialog-turns 40`, `--user-model`; `eval_main.py` gets
+  `--model --category agent --language en`; both get `ACEBENCH_AGENT_BASE_URL` and
+  `ACEBENCH_AGENT_API_KEY=EMPTY` in the environment. These spellings are those of the patched clone
+  we expect and are unverified here: ACEBench versions differ (one fork defines absl flags
+  `--top_p`, `--max_tokens`, `--max_dialog_turns`), and an unknown flag makes the harness exit
+  non-zero, which surfaces as a RuntimeError with its stderr, never as a silent default. Adjust the
+  list in `evaluate_acebench` to your clone.
+- Not forwarded: any thinking switch. METHOD.md 11 runs ACEBench with thinking enabled; no flag for it
+  could be verified, so thinking is whatever the served model's chat template does by default
+  (Qwen3 hybrid models think unless told not to; the Instruct-2507 models never do). Serve the model
+  so that it thinks if that matters for your comparison.
+- Not run: ACEBench's Normal and Special groups, so neither they nor its weighted Overall
+  (0.578 Normal + 0.2676 Special + 0.1545 Agent, METHOD.md 11) is produced; the paper's Table 2
+  uses only the Agent group (the mean of MultiStep and MultiTurn), and that is what we report.
+- Not forwarded: `--seed`, `--batch-size` and `--max-new-tokens` (both harnesses use their own
+  settings above); `--limit` and `--samples` to ACEBench (it runs every agent entry once); and
+  `--user-endpoint` to ACEBench (its user model is reached through the harness's own API settings).
+
 Not here: starting `vllm serve` ourselves, patching third-party clones, and any test of these paths
 against the real harnesses (this project's machines have neither the data nor the keys).
 """

@@ -27,15 +27,20 @@ SETTINGS = SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=32768)
 NUM_SAMPLES = 8
 SHUFFLE_SEED = 42
 LETTERS = "ABCD"
-BOXED_LETTER = re.compile(r"\\boxed\{\s*(?:\\text\{)?([A-D])\}?\s*\}")
-STATED_LETTER = re.compile(r"(?i:answer is|answer:)\s*\(?\**([A-D])\b")  # the letter itself: capitals only
+# \boxed{B}, \boxed{(B)}, \boxed{\text{B}}, \boxed{\textbf{(B)}}, \boxed{\mathbf{B}}
+BOXED_LETTER = re.compile(r"\\boxed\{\s*(?:\\(?:text|textbf|mathbf|mathrm)\{)?\s*\(?\s*([A-D])\s*\)?\s*\}?\s*\}")
+# "answer is B", "answer is: (B)", "Answer: **B**"; the letter itself is capitals only ("answer is a ...")
+STATED_LETTER = re.compile(r"(?i:answer is\s*:?|answer:)\s*\**\(?\**([A-D])\b")
 
 
 def extract_letter(text: str) -> str | None:
-    """The last `\\boxed{X}`, else the last "answer is X" / "Answer: X", else None.
+    """The last `\\boxed{X}` (also with parentheses, `\\text`, `\\textbf`), else the last "answer is
+    X" / "answer is: X" / "Answer: X", else None.
 
     >>> extract_letter("maybe \\\\boxed{A}? no: \\\\boxed{C}"), extract_letter("so the answer is (B)."), extract_letter("Answer: D")
     ('C', 'B', 'D')
+    >>> extract_letter("\\\\boxed{\\\\textbf{B}}"), extract_letter("\\\\boxed{(C)}"), extract_letter("The answer is: B")
+    ('B', 'C', 'B')
     >>> extract_letter("I cannot decide") is None
     True
     """

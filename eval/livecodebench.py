@@ -10,8 +10,13 @@ refuses every global, so it can only ever yield plain strings and containers. Gr
 official LCB grader: stdin problems compare stdout line by line (stripped, then as Decimals token by
 token); functional problems call `Solution().<func_name>(*json args)` and compare with `==`
 (tuples as lists); the first failing test ends the program; 6 s per test; the grader's usual
-star-imports come first. Sampling: 1 sample, T 0.2, top_p 0.95, 16384 new tokens, code from the
-last ```python block of the response (METHOD.md 11).
+star-imports come first. Sampling: 1 sample, T 0.2, top_p 0.95, 16384 new tokens (METHOD.md 11).
+The prompt is the official runner's chat prompt for instruct models, word for word: its system
+message, then "### Question:", a "### Format:" section that either gives the starter code
+(LeetCode-style problems) or says to read stdin and write stdout (AtCoder/Codeforces-style ones),
+and "### Answer:". The program is what the official `extract_code` takes: the lines between the
+last two lines containing ```, whatever the language tag; with fewer than two such lines there is
+no program and the sample scores 0.
 
 HumanEval runs the same harness: the check program (prompt + completion + tests + `check(fn)`) must
 exit cleanly within 3 s. HumanEval is not a column of the paper's Table 1; it is here because it
@@ -48,7 +53,15 @@ PRELUDE = "".join(f"from {m} import *\n" for m in ("string", "re", "datetime", "
                   "math", "random", "statistics", "itertools", "functools", "operator", "io", "sys", "json",
                   "builtins", "typing")) + "import string, re, datetime, collections, heapq, bisect, copy, math, " \
     "random, statistics, itertools, functools, operator, io, sys, json\nsys.setrecursionlimit(50000)\n"
-FENCE = re.compile(r"```(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
+# The official LCB runner's chat prompt (lcb_runner/prompts/code_generation.py, the OpenAI-chat
+# style used for instruct models). These are protocol strings: changing a word changes the benchmark.
+LCB_SYSTEM = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
+              "generate a correct Python program that matches the specification and passes all tests. You will NOT "
+              "return anything except for the program.")
+LCB_FORMAT_STARTER = ("You will use the following starter code to write the solution to the problem and enclose your "
+                      "code within delimiters.")
+LCB_FORMAT_STDIN = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test "
+                    "on the sample inputs). Enclose your code within delimiters as follows.")
 
 
 def run_tests(program, tests, fn_name, per_test_s):
@@ -185,15 +198,19 @@ def judge(program: str, tests: list[dict], fn_name: str | None = None, per_test_
 
 
 def last_code_block(text: str) -> str:
-    """The last fenced code block (```python, ```py or bare ```), else the whole text.
+    """The official LCB `extract_code`: the lines between the last two lines that contain ```
+    (any language tag, or none), or "" when fewer than two lines do.
 
-    >>> last_code_block("try\\n```python\\nx = 1\\n```\\nbetter\\n```python\\nx = 2\\n```")
-    'x = 2\\n'
-    >>> last_code_block("print(3)")
-    'print(3)'
+    >>> last_code_block("try\\n```python\\nx = 1\\n```\\nbetter\\n```Python\\nx = 2\\n```")
+    'x = 2'
+    >>> last_code_block("print(3)"), last_code_block("```python\\nprint(3)")
+    ('', '')
     """
-    blocks = FENCE.findall(text)
-    return blocks[-1] if blocks else text
+    lines = text.split("\n")
+    fences = [i for i, line in enumerate(lines) if "```" in line]
+    if len(fences) < 2:
+        return ""
+    return "\n".join(lines[fences[-2] + 1:fences[-1]])
 
 
 # ---------------------------------------------------------------------------------------- LCB
@@ -227,16 +244,32 @@ def decode_test_cases(field) -> list[dict]:
         return json.loads(unpickle_strings(zlib.decompress(base64.b64decode(field))))
 
 
+def lcb_user_message(question: str, starter_code: str | None) -> str:
+    """The official runner's question template: the problem, a Format section (the starter code, or
+    read-stdin/write-stdout with an empty code block to fill), then the Answer cue.
+
+    >>> lcb_user_message("Add.", "").split("\\n")[:3]
+    ['### Question:', 'Add.', '']
+    >>> lcb_user_message("Add.", "").split("\\n")[3].startswith("### Format: Read the inputs from stdin")
+    True
+    >>> lcb_user_message("Add.", "class Solution:\\n    def add(self, a, b):").split("\\n")[4:7]
+    ['```python', 'class Solution:', '    def add(self, a, b):']
+    """
+    if starter_code:
+        format_section = f"### Format: {LCB_FORMAT_STARTER}\n```python\n{starter_code}\n```\n\n"
+    else:
+        format_section = f"### Format: {LCB_FORMAT_STDIN}\n```python\n# YOUR CODE HERE\n```\n\n"
+    return f"### Question:\n{question}\n\n{format_section}### Answer: (use the provided format with backticks)\n\n"
+
+
 def lcb_problem(row: dict) -> Problem:
     tests = decode_test_cases(row["public_test_cases"]) + decode_test_cases(row.get("private_test_cases") or "[]")
     metadata = json.loads(row["metadata"]) if isinstance(row.get("metadata"), str) else (row.get("metadata") or {})
     fn_name = metadata.get("func_name")
     tests = [{"kind": "functional" if fn_name else "stdin", "input": t["input"], "output": t["output"]} for t in tests]
-    content = row["question_content"]
-    if row.get("starter_code"):
-        content += f"\nStarter code:\n```python\n{row['starter_code']}\n```"
-    content += "\nWrite the complete solution in a single ```python ... ``` block."
-    return Problem(str(row["question_id"]), [{"role": "user", "content": content}],
+    messages = [{"role": "system", "content": LCB_SYSTEM},
+                {"role": "user", "content": lcb_user_message(row["question_content"], row.get("starter_code"))}]
+    return Problem(str(row["question_id"]), messages,
                    {"tests": tests, "fn_name": fn_name, "per_test_s": LCB_TEST_S, "difficulty": row.get("difficulty")})
 
 
@@ -297,6 +330,8 @@ def load_humaneval() -> list[Problem]:
 
 def score(reference: dict, response: str):
     code = last_code_block(response)
+    if not code.strip():  # nothing to run: the official runner scores it as a failure too
+        return code, 0.0, "no program: fewer than two lines with ``` in the response, or an empty block"
     program = humaneval_program(reference["prompt"], code, reference["entry_point"]) if "entry_point" in reference else code
     value, verdict = judge(program, reference["tests"], reference.get("fn_name"), reference["per_test_s"])
     return code, value, verdict

@@ -11,10 +11,14 @@ seed + i, so the seed is the episode index). The prompt is reasoning_gym's own d
 which asks for the answer in `<answer>...</answer>`; the answer is the last such span, scored by the
 task's `score_answer`. A bucket's win rate is the mean over all its episodes.
 
+An episode this reasoning-gym version cannot build counts as a loss, as the official harness would
+score an episode that fails, and stays in its bucket's denominator (dropping it would give the rest
+of the task more weight): with reasoning-gym 0.1.25 all 100 tasks build, but knight_swap's hard
+generator gives up on seeds 4 and 5. A task that does not build at all is a loss on every episode.
+Each such loss is a sample row with score 0 and the reason, and one warning says how many there were.
+
 Not here: a second turn. We score the first answer; the official GEM wrapper's cap of two turns
-per episode is not reproduced. A task (or one episode of it) that this reasoning-gym version cannot
-build is skipped with a counted warning, never failing the suite: with reasoning-gym 0.1.25 all 100
-tasks build, but knight_swap's hard generator gives up on some seeds.
+per episode is not reproduced.
 """
 
 import json
@@ -44,29 +48,35 @@ def settings(split: dict) -> SamplingParams:
     return SamplingParams(temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_tokens"])
 
 
-def build_problems(split: dict, episodes: int, tasks_per_bucket: int | None) -> tuple[list[Problem], list[str]]:
-    """`episodes` problems per task (the first `tasks_per_bucket` tasks of each bucket), and what
-    this reasoning-gym could not build (a task, or one episode of it), with the reason."""
-    problems, skipped = [], []
+def unbuilt(bucket: str, task: str, episode: int, error: Exception) -> dict:
+    """The sample row of an episode that could not be built: a loss, with the reason."""
+    return {"problem_id": f"{task}/{episode}", "bucket": bucket, "task": task, "prompt": None, "response": None,
+            "extracted": None, "score": 0.0, "detail": f"not built: {type(error).__name__}: {str(error)[:300]}"}
+
+
+def build_problems(split: dict, episodes: int, tasks_per_bucket: int | None) -> tuple[list[Problem], list[dict]]:
+    """`episodes` problems per task (the first `tasks_per_bucket` tasks of each bucket), and a loss
+    row (`unbuilt`) for every episode this reasoning-gym could not build."""
+    problems, failed = [], []
     for bucket, tasks in split["buckets"].items():
         for task in first(tasks, tasks_per_bucket):
-            # The boundary with the installed reasoning-gym: what it cannot build is skipped and
-            # reported, never fatal (ValueError, KeyError, TypeError, AssertionError, ... all occur).
+            # The boundary with the installed reasoning-gym: what it cannot build is a logged loss,
+            # never fatal (ValueError, KeyError, TypeError, AssertionError, ... all occur).
             try:
                 dataset = reasoning_gym.create_dataset(task, **split["hard_configs"][task], size=episodes, seed=DATASET_SEED)
             except Exception as e:  # noqa: BLE001
-                skipped.append(f"{task}: {type(e).__name__}: {e}")
+                failed += [unbuilt(bucket, task, i, e) for i in range(episodes)]
                 continue
             for i in range(episodes):
                 try:  # some hard generators give up on a seed ("failed to generate a valid puzzle")
                     entry = dataset[i]
                 except Exception as e:  # noqa: BLE001
-                    skipped.append(f"{task}/{i}: {type(e).__name__}: {e}")
+                    failed.append(unbuilt(bucket, task, i, e))
                     continue
                 messages = [{"role": "system", "content": SYSTEM_PROMPTS["default"]},
                             {"role": "user", "content": entry["question"]}]
                 problems.append(Problem(f"{task}/{i}", messages, (bucket, task, dataset, entry)))
-    return problems, skipped
+    return problems, failed
 
 
 def score(reference, response: str):
@@ -80,25 +90,36 @@ def score(reference, response: str):
     return answer, float(raw >= 1.0), f"score {raw:g}"
 
 
+def bucket_win_rates(rows: list[dict]) -> dict:
+    """Each bucket's win rate: its wins over all its episode rows, losses that were never built included.
+
+    >>> bucket_win_rates([{"bucket": "Logic", "score": 1.0}, {"bucket": "Logic", "score": 0.0},
+    ...                   {"bucket": "Math", "score": 0.0}])
+    {'Logic': 0.5, 'Math': 0.0}
+    """
+    by_bucket = {}
+    for row in rows:
+        by_bucket.setdefault(row["bucket"], []).append(row["score"])
+    return {bucket: sum(wins) / len(wins) for bucket, wins in by_bucket.items()}
+
+
 def evaluate(engine, tokenizer, options) -> dict:
     split = load_split()
     episodes = options.samples or split["settings"]["episodes_per_task"]
-    problems, skipped = build_problems(split, episodes, options.limit)
-    if skipped:
-        print(f"warning: Reasoning Gym: skipped {len(skipped)} task(s) or episode(s) this reasoning-gym cannot build: "
-              + "; ".join(skipped))
+    problems, failed = build_problems(split, episodes, options.limit)
+    if failed:
+        print(f"warning: Reasoning Gym: {len(failed)} episode(s) this reasoning-gym cannot build count as losses: "
+              + "; ".join(sorted({f"{row['task']}: {row['detail']}" for row in failed})))
     if not problems:
         raise Unavailable("Reasoning Gym hard: reasoning-gym could not build any task of the split")
     params = sampling(settings(split), options)
     rows = sample_and_score(engine, tokenizer, problems, params, 1, options, score)
-    by_bucket = {}
     for problem, row in zip(problems, rows):
-        bucket, task = problem.reference[0], problem.reference[1]
-        row.update(bucket=bucket, task=task)
-        by_bucket.setdefault(bucket, []).append(row["score"])
-    win_rates = {bucket: sum(wins) / len(wins) for bucket, wins in by_bucket.items()}
-    metrics = {"win_rate": win_rates, "num_tasks": len({p.reference[1] for p in problems}),
-               "episodes_per_task": episodes, "skipped": skipped, "num_samples": len(rows)}
+        row.update(bucket=problem.reference[0], task=problem.reference[1])
+    rows += failed
+    win_rates = bucket_win_rates(rows)
+    metrics = {"win_rate": win_rates, "num_tasks": len({row["task"] for row in rows}), "episodes_per_task": episodes,
+               "unbuilt": [row["problem_id"] for row in failed], "num_samples": len(rows)}
     return {"columns": {COLUMNS[b]: percent(rate) for b, rate in win_rates.items()}, "metrics": metrics,
             "settings": {"sampling": params.__dict__, "episodes_per_task": episodes, "dataset_seed": DATASET_SEED},
             "samples": rows}

@@ -9,6 +9,10 @@ Writes `<out>/<benchmark>.json` (columns, metrics, settings, or why it could not
 table; `python -m eval.table RUN_A RUN_B` compares runs. Generation goes through engine.py with each
 benchmark's own sampling settings (METHOD.md 11); `--max-new-tokens` overrides the length budget.
 
+The columns are the paper's tables where they and METHOD.md 11 differ: AIME is avg@32 at the
+reference's avg@32 settings (eval/aime.py), and BFCL is Table 2's four multi-turn categories and
+their mean, "BFCL Avg", not METHOD.md 11's non_live + live + multi_turn "Overall Acc" (eval/bfcl.py).
+
 Offline (data inside installed packages): AIME 2025, GPQA-Diamond, HumanEval, Reasoning Gym hard,
 BFCL v4 multi-turn. User data: AIME 2026 (`--aime2026`), LiveCodeBench v6 (`--lcb-data`), tau2 and
 ACEBench (data directories, harnesses and endpoints; see eval/external.py).

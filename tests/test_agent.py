@@ -14,7 +14,7 @@ import torch
 import engine
 import sandbox
 from envs import Environment
-from agent import (GAME_FRAMING, TOOL_CALL_REMINDER, extract_boxed, game_action, game_prompt,
+from agent import (GAME_FRAMING, TOOL_CALL_REMINDER, after_thinking, extract_boxed, game_action, game_prompt,
                    parse_tool_calls, parse_tool_turn, play, play_seeds)
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "examples"
@@ -39,6 +39,9 @@ PARAMS = engine.SamplingParams(temperature=1.0)
     ("no box here", None),
     ("\\boxed{}", None),                                                   # empty box = no box
     ("echoing \\boxed{} then \\boxed{open}", "open"),
+    ("echoing \\boxed{ } then \\boxed{open}", "open"),                 # a blank box is no box either
+    ("\\boxed{{ }} then \\boxed{{open}}", "open"),
+    ("\\boxed{ }", None),
     ("\\boxed{unclosed {", None),                                          # the last box never closes
     ("\\boxed{two\nlines}", "two\nlines"),
 ])
@@ -53,7 +56,18 @@ def test_game_action_normalises_the_box_or_passes_the_stripped_reply():
 
 def test_game_prompt_has_three_lines_with_the_observation_in_the_middle():
     lines = game_prompt("Dials: A=0").split("\n")
-    assert lines[0] == GAME_FRAMING and lines[1] == "Observation: Dials: A=0" and "\\boxed{}" in lines[2]
+    assert lines[0] == GAME_FRAMING and lines[1] == "Observation: Dials: A=0"
+    assert lines[2] == "Please reason step by step, and put your final answer within \\boxed{}."   # Qwen's math line
+
+
+def test_only_the_text_after_the_last_think_acts():
+    assert after_thinking("<think>a</think>b<think>c</think>d") == "d"
+    assert after_thinking("<think>never closed \\boxed{x}") == "<think>never closed \\boxed{x}"
+    assert game_action(after_thinking("<think>maybe \\boxed{probe A 1}</think>\nso \\boxed{open}")) == "\\boxed{open}"
+    assert game_action(after_thinking("<think>maybe \\boxed{probe A 1}</think> open ")) == "open"
+    call = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert parse_tool_turn(after_thinking(f"<think>{call}?</think>Hmm.")) == ("plain", [])
+    assert parse_tool_turn(after_thinking(f"<think><answer>1</answer>?</think>{call}"))[0] == "tool_calls"
 
 
 # ---- tool calls (METHOD.md 4.3)
@@ -237,7 +251,7 @@ def test_plays_are_batched_hinted_and_seeded(tokenizer):
     for e in episodes:
         assert (e.status, e.reward, e.num_turns) == ("truncated", 0.0, 2)     # the agent's turn cap
         check_invariants(e, tokenizer, ["\\boxed{probe A 1}"] * 2)
-    unhinted = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[1]], max_turns=1)
+    unhinted = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[1]], max_turns=2)
     assert not unhinted[0].hinted and "HINT" not in unhinted[0].messages[0]["content"]
     hinted_first = episodes[0].messages[0]["content"]
     assert hinted_first.replace("\n\nHINT: Bisect each dial.", "") == unhinted[0].messages[0]["content"]
@@ -255,6 +269,53 @@ def test_no_eos_and_context_cap_truncate(tokenizer):
     assert len(short.calls) == 1 and episode.status == "truncated"   # the observation used up the rest
 
 
+ECHO = """
+class EchoEnv:
+    def __init__(self, max_turns=10):
+        self.max_turns = max_turns
+    def reset(self, seed=None):
+        return f"Say something within {self.max_turns} turns.", {}
+    def step(self, action):
+        return f"got {action}", 0.0, False, False, {}
+"""
+
+
+def test_thinking_is_kept_in_the_tokens_but_only_the_text_after_it_acts(tokenizer):
+    script = ["<think>Maybe \\boxed{probe A 1}?</think>\nMy move: \\boxed{open}",
+              "<think>Or \\boxed{probe A 2}.</think> wait"]
+    scripted = ScriptedEngine(tokenizer, lambda prompt: script[turns_so_far(prompt)])
+    [episode] = play([Environment("echo", "Logical Deduction", ECHO)], scripted, tokenizer, 1, params=PARAMS,
+                     max_turns=2)
+    assert [m["content"] for m in episode.messages[2::2]] == ["got \\boxed{open}", "got wait"]
+    assert [m["content"] for m in episode.messages[1::2]] == script
+    check_invariants(episode, tokenizer, script)
+
+
+def test_tool_calls_and_answers_inside_thinking_are_ignored(tokenizer):
+    call = '<tool_call>{"name": "find_parcel", "arguments": {"recipient": "bo"}}</tool_call>'
+    script = [f"<think>{call}? No.</think>Let me think again.", f"<think><answer>done</answer>? No.</think>\n{call}"]
+    scripted = ScriptedEngine(tokenizer, lambda prompt: script[turns_so_far(prompt)])
+    [episode] = play([example("parcel_desk")], scripted, tokenizer, 1, params=PARAMS, max_turns=2)
+    assert [m["role"] for m in episode.messages] == ["user", "assistant", "user", "assistant", "tool"]
+    assert episode.messages[2]["content"].startswith("Format error")   # the reply was plain text
+    check_invariants(episode, tokenizer, script)
+
+
+def test_a_tool_name_that_is_not_a_string_is_an_unknown_tool(tokenizer):
+    reply = '<tool_call>{"name": ["find_parcel"], "arguments": {}}</tool_call>'
+    [episode] = play([example("parcel_desk")], ScriptedEngine(tokenizer, lambda prompt: reply), tokenizer, 1,
+                     params=PARAMS, max_turns=1)
+    assert (episode.status, episode.reward, episode.error) == ("truncated", 0.0, None)
+    assert episode.messages[2]["content"].startswith("Unknown tool. Available tools: find_parcel")
+
+
+def test_the_turn_cap_also_caps_the_environments_max_turns(tokenizer):
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "hello")
+    [episode] = play([Environment("echo", "Logical Deduction", ECHO)], scripted, tokenizer, 1, params=PARAMS,
+                     max_turns=3)
+    assert "within 3 turns" in episode.messages[0]["content"]      # designed 10, capped by the agent's 3
+
+
 BROKEN_STEP = """
 class BrokenEnv:
     def reset(self, seed=None):
@@ -263,21 +324,36 @@ class BrokenEnv:
         raise RuntimeError("the button fell off")
 """
 HANGING_STEP = BROKEN_STEP.replace('raise RuntimeError("the button fell off")', "while True: pass")
+HANGING_TOOL = """
+class HangingToolEnv(ToolUseBaseEnv):
+    def reset(self, seed=None):
+        self._tools = {"wait": {"description": "Wait.", "parameters": {"type": "object", "properties": {}}}}
+        self._expected_answer = "done"
+        return "Call wait.", {}
+    def tool_wait(self):
+        while True: pass
+"""
 
 
 def test_sandbox_errors_end_only_their_episode(tokenizer):
-    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{press}")
+    """-1 and "error" for every SandboxError; only step() raising is not a FAILED play (METHOD 1.1, 3.3)."""
+    wait = '<tool_call>{"name": "wait", "arguments": {}}</tool_call>'
+    scripted = ScriptedEngine(tokenizer, lambda prompt: wait if "<tools>" in prompt else "\\boxed{press}")
     envs = [Environment("broken_step", "Logical Deduction", BROKEN_STEP),
             Environment("syntax", "Logical Deduction", "class X(:"),
-            Environment("hanging_step", "Logical Deduction", HANGING_STEP), example("vault_dial")]
-    step_error, load_error, hang, vault = play(envs, scripted, tokenizer, 1, params=PARAMS, max_turns=2, timeout_s=1.0)
-    assert (step_error.status, step_error.reward, step_error.num_turns) == ("error", -1.0, 1)
+            Environment("hanging_step", "Logical Deduction", HANGING_STEP),
+            Environment("hanging_tool", "Error Recovery", HANGING_TOOL), example("vault_dial")]
+    step_error, load_error, hang, tool_hang, vault = play(envs, scripted, tokenizer, 1, params=PARAMS, max_turns=2,
+                                                          timeout_s=1.0)
+    assert (step_error.status, step_error.reward, step_error.num_turns, step_error.failed) == ("error", -1.0, 1, False)
     assert step_error.error.split(":")[0] in sandbox.KINDS and "the button fell off" in step_error.error
     check_invariants(step_error, tokenizer, ["\\boxed{press}"])   # tokens up to the failure are kept
     assert (load_error.status, load_error.reward, load_error.tokens, load_error.num_turns) == ("error", -1.0, [], 0)
-    assert load_error.error.startswith("load:")
-    assert (hang.status, hang.reward) == ("error", -1.0) and hang.error.startswith("timeout:")
-    assert (vault.status, vault.num_turns) == ("truncated", 2)      # the others play on
+    assert load_error.error.startswith("load:") and load_error.failed
+    assert (hang.status, hang.reward, hang.failed) == ("error", -1.0, True) and hang.error.startswith("timeout:")
+    assert (tool_hang.status, tool_hang.reward, tool_hang.failed) == ("error", -1.0, True)
+    assert tool_hang.error.startswith("timeout: call_tool")
+    assert (vault.status, vault.num_turns, vault.failed) == ("truncated", 2, False)   # the others play on
 
 
 def parcel_solver(prompt):

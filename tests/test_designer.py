@@ -128,6 +128,19 @@ def test_corpus_sampling_is_seeded_and_with_replacement():
     assert set(draws(42)) == set(docs)                  # 30 draws of 5 documents: repeats
 
 
+def test_corpus_sampler_state_carries_over_to_a_new_corpus():
+    # What a checkpoint does: a resumed run goes on with the next documents, not the first ones again.
+    docs = [f"doc {i}" for i in range(50)]
+    running = Corpus(docs, docs)
+    [running.sample() for _ in range(7)]
+    resumed = Corpus(docs, docs)
+    resumed.rng.setstate(running.rng.getstate())
+    fresh = Corpus(docs, docs)
+    next_draws = [resumed.sample() for _ in range(10)]
+    assert next_draws == [running.sample() for _ in range(10)]
+    assert next_draws != [fresh.sample() for _ in range(10)]     # without the state: the first ones again
+
+
 def test_builtin_corpus_has_stdlib_documents():
     corpus = builtin_corpus(max_words=300)
     assert len(corpus.docs) >= 15 and "stdlib:math" in corpus.doc_ids
@@ -186,7 +199,7 @@ def test_render_memory_block():
     assert block.startswith("<REFERENCE_ENVIRONMENTS>") and "</REFERENCE_ENVIRONMENTS>" in block
     assert f"### Example 1 (skill: {MATH}, win_rate: " in block and "### Example 2" in block
     assert block.count("```python") == 2
-    assert re.search(r"- too (easy|hard) \(win_rate=0\.\d\d\): game_00001_00[56]_mathematical_\w+$", block)
+    assert re.search(r"- too (easy|hard) \(win_rate=0\.\d\d\): class game_00001_00[56]_mathematical_\w+$", block)
     assert render_memory([], None) == ""
 
 

@@ -522,7 +522,10 @@ def test_load_pool_jsonl(tmp_path, capsys):
     pool_file.write_text("\n".join(lines))
     pool = envs.load_pool(pool_file)
     assert [(e.env_id, e.skill) for e in pool] == [("game_00003_001_spatial_reasoning", "Spatial Reasoning")]
-    assert "pool: 1/2 environments valid (2 skipped lines)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "pool: 1/2 environments valid (2 skipped lines)" in out
+    # a released game our gate rejects is not dropped silently: a warning names it and the reason
+    assert "WARNING: 1 of 2 pool environments failed validation" in out and "pool_00002: syntax" in out
 
 
 def test_load_pool_missing_path(tmp_path):

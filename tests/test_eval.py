@@ -9,20 +9,59 @@ import ast
 import doctest
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from engine import Completion
+from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
+
+from engine import Completion, SamplingParams
 from eval import aime, bfcl, common, external, gpqa, livecodebench, reasoning_gym_hard, run, table
 from eval.common import Options, Unavailable
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 
 
-@pytest.mark.parametrize("module", [common, aime, gpqa, livecodebench, bfcl, external, table])
+@pytest.mark.parametrize("module", [common, aime, gpqa, livecodebench, reasoning_gym_hard, bfcl, external, table])
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0
+
+
+# ---------------------------------------------------------------------------------------- sampling
+
+
+class RecordingEngine:
+    """Records the prompts and the seed of every generate call and answers with nothing: the
+    batching under test, without a model."""
+
+    def __init__(self):
+        self.tokenizer = SimpleNamespace(decode=lambda ids, skip_special_tokens: "")
+        self.calls = []
+
+    def generate(self, prompts, params):
+        self.calls.append((list(prompts), params.seed))
+        return [Completion([], [], "length") for _ in prompts]
+
+
+@pytest.mark.parametrize("num_samples, batch_size", [(64, 32), (32, 16), (8, 3), (8, 32)])
+def test_every_sample_of_a_problem_gets_its_own_seed(num_samples, batch_size):
+    """The seeds that reach the engine, expanded as VLLMEngine does (request j of a call samples
+    with `params.seed + j`): no two samples of one problem may share a seed, or vLLM gives them the
+    same completion. Seeding batch i with `seed + i` failed this whenever a problem's samples
+    straddled a batch boundary."""
+    engine, num_problems = RecordingEngine(), 5
+    prompts = [[problem] for problem in range(num_problems) for _ in range(num_samples)]
+    common.generate_texts(engine, prompts, SamplingParams(temperature=1.0), Options(batch_size=batch_size, seed=7))
+    seeds = {}  # problem -> the per-request seeds of its samples
+    for batch, seed in engine.calls:
+        for j, prompt in enumerate(batch):
+            seeds.setdefault(prompt[0], []).append(seed + j)
+    assert sorted(seeds) == list(range(num_problems))
+    for problem, problem_seeds in seeds.items():
+        assert len(problem_seeds) == num_samples and len(set(problem_seeds)) == num_samples, problem
+    all_seeds = [s for problem_seeds in seeds.values() for s in problem_seeds]
+    assert sorted(all_seeds) == list(range(7, 7 + len(prompts)))  # prompt p samples with seed + p
 
 
 # ---------------------------------------------------------------------------------------- AIME
@@ -33,6 +72,11 @@ def test_aime_scores_the_last_box_with_math_verify():
     assert aime.score("55", "\\boxed{55} no wait \\boxed{56}")[1] == 0.0
     assert aime.score("24", "The answer is 24.")[1] == 0.0  # no box, no credit
     assert aime.score("24", "\\boxed{\\dfrac{48}{2}}")[1] == 1.0  # math-verify, not string equality
+
+
+def test_aime_runs_the_avg32_configuration_of_the_paper_column():
+    assert aime.NUM_SAMPLES == 32
+    assert aime.SETTINGS == SamplingParams(temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=32768)
 
 
 def test_aime_jsonl_both_formats_and_a_malformed_line(capsys):
@@ -65,6 +109,12 @@ def test_gpqa_letter_extraction():
     assert gpqa.score("C", "Therefore, the answer is C.")[1] == 1.0
     assert gpqa.score("C", "the answer is a bit subtle, so \\boxed{B}")[1] == 0.0
     assert gpqa.score("C", "no letter at all") == (None, 0.0, "")
+    # the forms models also write: bold, parenthesised, a colon after "answer is"
+    assert gpqa.extract_letter("so \\boxed{\\textbf{B}}") == "B"
+    assert gpqa.extract_letter("hence \\boxed{(C)}.") == "C"
+    assert gpqa.extract_letter("\\boxed{\\text{(A)}}") == "A"
+    assert gpqa.extract_letter("The answer is: B") == "B"
+    assert gpqa.extract_letter("The answer is: a subtle one") is None  # a lowercase word is not a letter
 
 
 def test_gpqa_options_shuffled_with_a_fixed_seed():
@@ -90,6 +140,31 @@ def lcb_problems():
 
 def fenced(code):
     return f"Here is my solution.\n```python\n{code}\n```"
+
+
+def test_lcb_prompts_are_the_official_templates():
+    stdin_problem, leetcode = lcb_problems()
+    system, user = stdin_problem.messages
+    assert system == {"role": "system", "content": livecodebench.LCB_SYSTEM}
+    assert user["role"] == "user" and user["content"].startswith("### Question:\n")
+    # a stdin problem must tell the model to read stdin and write stdout
+    assert "Read the inputs from stdin solve the problem and write the answer to stdout" in user["content"]
+    assert "```python\n# YOUR CODE HERE\n```" in user["content"]
+    assert user["content"].endswith("### Answer: (use the provided format with backticks)\n\n")
+    functional = leetcode.messages[1]["content"]
+    assert "stdin" not in functional and "You will use the following starter code" in functional
+    assert "```python\nclass Solution:" in functional
+
+
+def test_lcb_extracts_between_the_last_two_fence_lines():
+    assert livecodebench.last_code_block("```Python\nprint(1)\n```") == "print(1)"  # any tag
+    assert livecodebench.last_code_block("a\n```py\nx = 1\n```\nthen\n```\nx = 2\ny = 3\n```\nbye") == "x = 2\ny = 3"
+    assert livecodebench.last_code_block("print(1)") == ""  # no fence, no program
+    assert livecodebench.last_code_block("```python\nprint(1)") == ""  # an unclosed block neither
+    stdin_problem = lcb_problems()[0].reference
+    right = "n = int(input())\nprint(sum(map(int, input().split())))"
+    code, value, verdict = livecodebench.score(stdin_problem, right)  # a right program, but not fenced
+    assert (code, value) == ("", 0.0) and verdict.startswith("no program")
 
 
 def test_lcb_stdin_problem_in_the_sandbox():
@@ -150,12 +225,25 @@ def test_reasoning_gym_hard_scoring():
     assert problems[0].reference[3] != problems[1].reference[3]  # episode i is item i: different problems
 
 
-def test_reasoning_gym_unknown_task_is_skipped_and_counted():
+def test_reasoning_gym_unbuilt_episodes_count_as_losses(monkeypatch, capsys):
+    """A task this reasoning-gym cannot build stays in its bucket's denominator as losses: one
+    right answer out of two episodes (the other never built) is a win rate of 0.5, not 1.0."""
+    from engine import tiny_model
+    _, tokenizer = tiny_model()
     split = reasoning_gym_hard.load_split()
     bad = {**split, "buckets": {"Logic": ["no_such_task", "syllogism"]},
            "hard_configs": {**split["hard_configs"], "no_such_task": {}}}
-    problems, skipped = reasoning_gym_hard.build_problems(bad, episodes=1, tasks_per_bucket=None)
-    assert len(skipped) == 1 and skipped[0].startswith("no_such_task") and [p.id for p in problems] == ["syllogism/0"]
+    problems, failed = reasoning_gym_hard.build_problems(bad, episodes=1, tasks_per_bucket=None)
+    assert [p.id for p in problems] == ["syllogism/0"]
+    assert [(row["problem_id"], row["bucket"], row["score"]) for row in failed] == [("no_such_task/0", "Logic", 0.0)]
+    assert failed[0]["detail"].startswith("not built: ")
+    entry = problems[0].reference[3]
+    engine = ScriptedEngine(tokenizer, {entry["question"]: [f"<answer>{entry['answer']}</answer>"]})
+    monkeypatch.setattr(reasoning_gym_hard, "load_split", lambda: bad)
+    result = reasoning_gym_hard.evaluate(engine, tokenizer, Options(samples=1, batch_size=4))
+    assert result["columns"] == {"RG-Logic": 50.0} and result["metrics"]["unbuilt"] == ["no_such_task/0"]
+    assert [row["score"] for row in result["samples"]] == [1.0, 0.0]
+    assert "1 episode(s) this reasoning-gym cannot build count as losses" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------- BFCL
@@ -182,6 +270,23 @@ def test_bfcl_miss_func_holds_functions_out_until_their_turn():
     offered, held_out = bfcl.function_docs(entry)
     assert [doc["name"] for doc in held_out[3]] == ["sort"] and "sort" not in {doc["name"] for doc in offered}
     assert all(doc["description"].endswith(bfcl.PYTHON_HINT) for doc in offered)
+    assert not any(bfcl.PYTHON_HINT in doc["description"] for doc in held_out[3])  # popped before the hint
+
+
+def test_bfcl_miss_func_returns_held_out_docs_in_the_user_message():
+    """BFCL's prompting path: the held-out docs come back as the repr of their docs in the user
+    message of their turn, never in the `<tools>` list."""
+    entry = bfcl.load_category("multi_turn_miss_func")[0][0]
+    offered, held_out = bfcl.function_docs(entry)
+    d = bfcl.Dialogue(entry, "multi_turn_miss_func", offered, held_out, set(), "spade_test")
+    bfcl.start_turn(d)
+    while d.turn < 3:  # end turns 0..2 with plain answers
+        bfcl.advance(d, "ok")
+    assert d.functions == offered and "sort" not in {doc["name"] for doc in d.functions}
+    content = d.messages[-1]["content"]
+    assert d.messages[-1]["role"] == "user"
+    assert content == repr(held_out[3]) + "\n" + DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
+    assert "'name': 'sort'" in content
 
 
 def as_tool_call(call: str) -> str:

@@ -220,6 +220,30 @@ def test_micro_batched_and_packed_loss_equal_per_sample_loss(cpu_varlen):
             torch.testing.assert_close(grad, expected[name], atol=1e-5, rtol=1e-4, msg=f"{route} {budget} {name}")
 
 
+@pytest.mark.parametrize("route", ["padded", "torch_varlen"])
+def test_fused_loss_equals_logprobs_then_loss(route, cpu_varlen):
+    # The CUDA default (grpo.fused_grpo_loss: loss and gradients formed in kernels.linear_token_loss's
+    # sweep) against token_logprobs + grpo_loss, KL and micro-batches included.
+    model = tiny_model()
+    reference = grpo.frozen_copy(model)
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    samples = random_samples(5, VOCAB, seed=2)
+    kwargs = dict(temperature=0.8, kl_coef=0.1, ref_model=reference, route=route, micro_token_budget=30)
+    results = []
+    for fused in (False, True):
+        model.zero_grad(set_to_none=True)
+        results.append((grpo.accumulate_gradients(model, samples, fused_loss=fused, **kwargs), grads_of(model)))
+    (plain, plain_grads), (fused, fused_grads) = results
+    assert plain["num_micro_batches"] > 1 and plain["kl"] > 1e-3
+    for key in ("loss", "pg_loss", "kl", "clip_fraction", "tis_weight", "tis_capped_fraction", "num_loss_tokens"):
+        assert fused[key] == pytest.approx(plain[key], abs=1e-6), key
+    assert fused_grads.keys() == plain_grads.keys()
+    for name, grad in fused_grads.items():
+        torch.testing.assert_close(grad, plain_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_one_step_changes_every_parameter():
     model = tiny_model()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}

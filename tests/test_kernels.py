@@ -134,6 +134,55 @@ def test_ignored_targets_give_zero_and_no_gradient():
     assert relative_error(grad_weight, kept_weight) <= (1e-5 if DEVICE == "cpu" else 5e-3)
 
 
+# linear_token_loss: 8-token chunks (T = 37: five, the last one short), 64-wide row steps, and the
+# grad_hidden reduction split in 4 when V allows (204 = 4 x 51; 203 falls back to one GEMM).
+SWEEP = kernels.Sweep(chunk_tokens=8, block_v=64, num_warps=4, split_k=4)
+
+
+def run_sweep(hidden, weight, targets, upstream, temperature, sweep=SWEEP, scale=1.0, train_weight=True):
+    """linear_token_loss with loss sum(upstream * logprob), backward of scale * loss: (loss, logprobs,
+    grad_hidden, grad_weight or None), the gradients those of fused_linear_logprob with scale * upstream."""
+    hidden = hidden.to(DEVICE, copy=True).requires_grad_()
+    weight = weight.to(DEVICE, copy=True).requires_grad_(train_weight)
+    upstream = upstream.to(DEVICE)
+    loss, logprobs = kernels.linear_token_loss(hidden, weight, targets.to(DEVICE),
+                                               lambda lp, rows: (lp * upstream[rows]).sum(), temperature, sweep=sweep)
+    (scale * loss).backward()
+    return loss.item(), logprobs.cpu(), hidden.grad.cpu(), None if weight.grad is None else weight.grad.cpu()
+
+
+@runs_triton
+def test_sweep_bf16_matches_float64_reference():
+    hidden, weight, targets, upstream = make_case(37, 204, 32, torch.bfloat16, seed=6, ignored=[5])
+    loss, logprobs, grad_hidden, grad_weight = run_sweep(hidden, weight, targets, upstream, 0.7, scale=0.5)
+    reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, 0.7)
+    assert relative_error(logprobs, reference) <= 1e-5 and logprobs[5] == 0
+    assert loss == pytest.approx((reference * upstream.double()).sum().item(), rel=1e-5)
+    # grad_hidden is one reduction over V summed in fp32: the two-roundings floor, as for the kernel above.
+    # grad_weight adds one bf16 rounding per chunk it is accumulated over (five here).
+    ideal_hidden, _ = exact_gradients(hidden, weight, targets, 0.5 * upstream, 0.7, torch.bfloat16)
+    exact_hidden, exact_weight = exact_gradients(hidden, weight, targets, 0.5 * upstream, 0.7)
+    assert relative_error(grad_hidden, ideal_hidden.bfloat16()) <= 1e-3
+    assert relative_error(grad_hidden, exact_hidden) <= 4e-3
+    assert relative_error(grad_weight, exact_weight) <= 6e-3
+
+
+@runs_triton
+def test_sweep_fp32_odd_sizes_frozen_weight_and_unused_tokens():
+    hidden, weight, targets, upstream = make_case(37, 203, 40, torch.float32, seed=7, ignored=[0, 36])
+    upstream[8:16] = 0                      # a whole chunk whose loss has zero gradient
+    loss, logprobs, grad_hidden, grad_weight = run_sweep(hidden, weight, targets, upstream, 1.3)
+    reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, 1.3)
+    exact_hidden, exact_weight = exact_gradients(hidden, weight, targets, upstream, 1.3)
+    tolerance = 1e-5 if DEVICE == "cpu" else 5e-3      # the GPU multiplies fp32 on TF32 tensor cores
+    assert relative_error(logprobs, reference) <= tolerance
+    assert relative_error(grad_hidden, exact_hidden) <= tolerance
+    assert relative_error(grad_weight, exact_weight) <= tolerance
+    assert torch.all(grad_hidden[[0, 36]] == 0) and torch.all(grad_hidden[8:16] == 0)
+    _, _, frozen_hidden, frozen_weight = run_sweep(hidden, weight, targets, upstream, 1.3, train_weight=False)
+    assert frozen_weight is None and torch.equal(frozen_hidden, grad_hidden)
+
+
 def test_chunked_torch_equals_reference():
     hidden, weight, targets, upstream = make_case(37, 203, 32, torch.float64, seed=4, ignored=[3])
     results = []
@@ -182,17 +231,33 @@ def test_default_hopper_tiles_on_gpu():
     assert relative_error(grad_weight, ideal_weight.bfloat16()) <= 1e-3
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_default_sweep_on_gpu():
+    # The production Sweep, with V split 4 ways (5004) and not (5003), against the float64 reference.
+    for vocab in (5004, 5003):
+        hidden, weight, targets, upstream = make_case(1500, vocab, 256, torch.bfloat16, seed=8, ignored=[10])
+        _, logprobs, grad_hidden, grad_weight = run_sweep(hidden, weight, targets, upstream, 0.8, kernels.Sweep())
+        reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, 0.8)
+        ideal_hidden, _ = exact_gradients(hidden, weight, targets, upstream, 0.8, torch.bfloat16)
+        _, exact_weight = exact_gradients(hidden, weight, targets, upstream, 0.8)
+        assert relative_error(logprobs, reference) <= 1e-5
+        assert relative_error(grad_hidden, ideal_hidden.bfloat16()) <= 1e-3
+        assert relative_error(grad_weight, exact_weight) <= 6e-3
+
+
 def test_default_tiles_compile_for_hopper_pipelined_without_spills():
     """Ahead-of-time compile for sm_90 (no GPU needed; in a fresh process, since this one may hold
     interpreted kernels): every kernel is software-pipelined onto wgmma, fits in shared memory and
     spills no registers. A tile or kernel change that breaks one of these fails here, not on the GPU."""
     code = ("import json; from bench.kernel_resources import resources; "
-            "print(json.dumps({n: resources(n) for n in ('forward', 'dlogits', 'grad_hidden')}))")
+            "print(json.dumps({n: resources(n) for n in ('forward', 'dlogits', 'grad_hidden', 'row_lse', "
+            "'row_dlogits')}))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, env=env,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     for name, r in json.loads(result.stdout.splitlines()[-1]).items():
-        assert r["wgmma"] > 0 and r["async_copies"] > 0, (name, r)   # tensor cores, pipelined loads
+        if not name.startswith("row_"):                               # the row kernels stream, no GEMM
+            assert r["wgmma"] > 0 and r["async_copies"] > 0, (name, r)   # tensor cores, pipelined loads
         assert r["spill_bytes"] == 0 and r["registers"] <= 255, (name, r)
         assert r["shared_bytes"] <= 227 * 1024, (name, r)

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from designer_rewards import (DESIGNER_REWARDS, EnvOutcome, LearningPotentialTracker, keep_designer_sample,
-                              score_designer_batch)
+from designer_rewards import (DESIGNER_REWARDS, NEEDS_HINTS, EnvOutcome, LearningPotentialTracker,
+                              keep_designer_sample, score_designer_batch)
 from regret import (agent_advantages, blend_reward, designer_advantages, hint_regret, mean_reward, plateau,
                     role_scale, win_rate)
 
@@ -165,6 +165,11 @@ def test_variant_blend_band():
 
 def test_variant_solve_rate():
     assert DESIGNER_REWARDS["solve_rate"]([HARD, EASY, HUNG]) == approx([0.4, 0.0, 0.0])
+
+
+def test_hints_for_every_variant_but_learning_potential():
+    # solve_rate's reward ignores R_hint, but its memory ranks environments by regret (METHOD 10).
+    assert NEEDS_HINTS == set(DESIGNER_REWARDS) - {"learning_potential"}
 
 
 def test_variant_regret_based():

@@ -380,6 +380,7 @@ def test_validation_accepts_a_designer_response_with_prose():
     (env_code(reset="if seed == 123:\n    raise KeyError(seed)\nreturn 'obs', {}"), "reseed"),
     (env_code(reset="return 'obs %d' % random.randrange(10**9), {}"), "determinism"),
     (env_code(step="while True: pass"), "timeout"),
+    (env_code(step="while 'boxed' not in action: pass\nreturn 'ok', 0.0, False, False, {}"), "timeout"),  # unboxed probes
 ])
 def test_validation_rejects_at_the_right_stage(code, stage):
     result = validate_env(code, timeout_s=TIMEOUT)
@@ -397,7 +398,6 @@ def test_validation_criteria_gate_for_tool_use():
 def test_vault_dial_plays_to_a_win():
     with EnvSandbox((EXAMPLES / "vault_dial.py").read_text()) as box:
         box.reset(seed=7)
-        code = []
         for dial in "ABC":                                   # binary search on each dial
             low, high = 0, 9
             while True:

@@ -62,7 +62,9 @@ def test_fixed_pool_baseline(tmp_path):
 
 def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
     # One regen step (step 0) then plain steps, a checkpoint after every step; killed mid-step.
-    args = [*FAST, "--steps", "4", "--regen-interval", "4", "--save-every", "1", "--out", str(tmp_path), "--run", "r"]
+    # With a KL term, whose reference must stay the initial model after the resume.
+    args = [*FAST, "--steps", "4", "--regen-interval", "4", "--save-every", "1", "--kl-coef", "0.005",
+            "--out", str(tmp_path), "--run", "r"]
     run_dir = tmp_path / "r"
     process = subprocess.Popen([sys.executable, str(ROOT / "spade.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
@@ -81,8 +83,11 @@ def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
     assert f"resumed {run_dir} at step {saved}" in result.stdout
     assert json.loads((run_dir / "latest").read_text())["step"] == 4
     assert json.loads((run_dir / "env_memory.json").read_text()) == saved_memory   # no regen step after 0
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps[-(4 - saved):] == list(range(saved, 4))
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics[-(4 - saved):]] == list(range(saved, 4))
+    # The first resumed step's policy has trained weights: its KL to the initial model is not 0 (a
+    # reference copied from the resumed weights would give exactly 0).
+    assert metrics[0]["grpo/kl"] == 0 and metrics[-(4 - saved)]["grpo/kl"] > 0
 
 
 def test_ctrl_c_saves_a_checkpoint(tmp_path):
@@ -105,7 +110,8 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--pool", "/nonexistent/pool"], "pool not found"),
     (["--corpus", "/nonexistent/docs.jsonl"], "corpus file not found"),
     (["--plays-per-env", "1"], "at least 2"),
-    (["--num-envs", "5", "--skills-per-regen", "2"], "does not divide"),
+    (["--skills-per-regen", "3"], "more than the 2 skills"),
+    (["--plateau-band", "0.6,0.4,0.25"], "--plateau-band must be lo,hi,ramp"),
     (["--designer-reward", "vibes"], "unknown --designer-reward"),
     (["--skills", "Juggling"], "unknown games skill"),
     (["--resume", "/nonexistent/run"], "no checkpoint to resume"),
@@ -124,3 +130,80 @@ def test_self_play_with_the_vllm_engine(tmp_path):
     result = spade(*FAST, "--engine", "vllm", "--out", str(tmp_path), "--run", "vllm")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert_trained(tmp_path / "vllm", 2)
+
+
+def test_paper_columns_parse_and_derive():
+    # METHOD 7.3's columns from --setting and --model; what the command line gives always wins.
+    from spade import parse_config
+    tool_4b = parse_config(["--setting", "tool_use", "--model", "Qwen3-4B", "--num-envs", "16"])
+    assert (tool_4b.skills_per_regen, tool_4b.hint_max_tokens, tool_4b.kl_coef, tool_4b.designer_max_tokens) == (
+        6, 512, 0.005, 16384)
+    tool_30b = parse_config(["--setting", "tool_use", "--model", "Qwen3-30B-A3B"])
+    assert (tool_30b.hint_max_tokens, tool_30b.kl_coef, tool_30b.regen_interval) == (2048, 0.005, 8)
+    games_8b = parse_config(["--model", "Qwen3-8B"])
+    assert (games_8b.designer_max_tokens, games_8b.kl_coef, games_8b.hint_max_tokens) == (20000, 0.005, 4096)
+    two_skill = parse_config(["--model", "Qwen3-30B-A3B", "--skills", "Mathematical Reasoning,Pattern Recognition"])
+    assert (two_skill.skills_per_regen, two_skill.kl_coef) == (2, 0.0)
+    assert two_skill.plateau() == dict(lo=0.4, hi=0.6, ramp=0.25)
+    given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--hint-max-tokens", "900",
+                          "--designer-max-tokens", "300", "--plateau-band", "0.2,0.4,0.2"])
+    assert (given.kl_coef, given.hint_max_tokens, given.designer_max_tokens) == (0.0, 900, 300)
+    assert given.plateau() == dict(lo=0.2, hi=0.4, ramp=0.2)
+
+
+def test_compact_filter_drops_truncated_plays_after_the_z_scores():
+    import agent
+    from spade import trained_agent_samples
+
+    def episode(reward, status):
+        return agent.Episode("env", "Data Retrieval", hinted=False, seed=0, tokens=[5, 6, 7], loss_mask=[0, 1, 1],
+                             logprobs=[0.0, -0.1, -0.2], reward=reward, status=status)
+    episodes = [episode(1.0, "terminated"), episode(0.0, "truncated"), episode(0.0, "terminated"),
+                episode(1.0, "terminated")]
+    assert len(trained_agent_samples(episodes, compact_filter=False)) == 4
+    # rewards [1, 0, 0, 1]: mean 0.5, std 0.5 -> z = [1, -1, -1, 1]; the truncated play is in the statistics
+    # (without it: mean 2/3, and the z-scores would differ) but is not trained.
+    compact = trained_agent_samples(episodes, compact_filter=True)
+    assert [s.advantage for s in compact] == pytest.approx([1.0, -1.0, 1.0])
+
+
+def test_failed_plays_are_dropped_and_hung_games_blacklisted():
+    import agent
+    from spade import drop_failed
+
+    def episode(env_id, reward=0.0, error=None, failed=False):
+        return agent.Episode(env_id, "Logic", hinted=False, seed=0, reward=reward, error=error, failed=failed,
+                             status="error" if error else "terminated")
+    played = [episode("ok", 1.0), episode("raises", -1.0, "contract: step raised ValueError"),
+              episode("hangs", -1.0, "timeout: step did not finish within 30 s", failed=True),
+              episode("tool", -1.0, "timeout: call_tool did not finish within 30 s", failed=True),
+              episode("crashes", -1.0, "crash: the child died (signal 11)", failed=True)]
+    blacklist = {"earlier"}
+    kept, hung = drop_failed(played, blacklist)
+    # An exception inside step() is a scored -1 play (METHOD 1.1); FAILED plays are not scored (3.3),
+    # and only a hung load/reset/step blacklists the game (a hung tool call fails only its play).
+    assert [e.env_id for e in kept] == ["ok", "raises"]
+    assert hung == {"hangs"} and blacklist == {"earlier", "hangs"}
+
+
+def test_two_ranks_train_the_whole_batch_with_a_kl_reference(tmp_path):
+    # spade.py under torchrun's environment, two gloo ranks on CPU. Each rank runs the same rollouts and
+    # hands the whole batch to grpo.update, which splits it between the ranks itself; the KL reference is
+    # copied before sharding (FSDP2 modules cannot be deep-copied). One step, a regen step and the last:
+    # the epoch it opens is flushed then (METHOD 6.2 step 5), so the saved state has no open epoch.
+    from test_grpo import free_port
+    args = [*FAST, "--steps", "1", "--kl-coef", "0.005", "--out", str(tmp_path), "--run", "ranks"]
+    port = free_port()
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "spade.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True,
+                                  env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+                 for rank in (0, 1)]
+    outputs = [process.communicate(timeout=300)[0] for process in processes]
+    assert all(process.returncode == 0 for process in processes), outputs[0][-3000:] + outputs[1][-3000:]
+    run_dir = tmp_path / "ranks"
+    [step0] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert step0["grpo/num_samples"] == step0["agent/samples"] + step0.get("designer/samples", 0) > 0
+    assert step0["grpo/kl"] == pytest.approx(0.0, abs=1e-6)    # the policy is still the initial model
+    latest = json.loads((run_dir / "latest").read_text())
+    assert torch.load(run_dir / latest["checkpoint"] / "state.pt", weights_only=False)["state"]["epoch"] is None

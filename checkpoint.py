@@ -1,0 +1,101 @@
+"""Checkpoints: what spade.py writes every --save-every steps and reads back on --resume.
+
+A checkpoint `ckpt-NNNNN/` holds the model and tokenizer in Hugging Face format (`model/`), the
+optimizer state (`optimizer.pt`), the loop state and the RNGs of Python, torch and the corpus sampler
+(`state.pt`) and the environment memory (`env_memory.json`). It is written to a hidden directory and
+renamed into place, and the `latest` pointer (with the config) is replaced atomically, so a kill never
+leaves half of one; the last two are kept.
+
+Under torchrun (FSDP2) the model weights and the Adam moments are per-rank shards. The weights are
+gathered whole onto rank 0 (a collective, so every rank calls `save_checkpoint`). The optimizer
+state is written by each rank as it holds it (`optimizer-rank<r>.pt`), and each rank reads its own
+file back, so a resumed run needs the same number of processes. Gathering it instead fails with
+torchao's 8-bit AdamW: its quantized states cannot be padded to even shards (a test). Not here: the
+KL reference, which is never saved (spade.py rebuilds it from the initial model).
+"""
+import dataclasses
+import json
+import os
+import random
+import shutil
+
+
+def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, corpus, state, rank):
+    """Write ckpt-<step> and point `latest` at it. Every rank calls it; rank 0 writes."""
+    import torch
+    full_model = full_model_state(model)
+    name = f"ckpt-{state['step']:05d}"
+    tmp = run_dir / f".{name}.tmp"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    barrier()
+    save_optimizer(optimizer, tmp, rank)
+    barrier()
+    if rank != 0:
+        return
+    model.save_pretrained(tmp / "model", state_dict=full_model)
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save({"state": state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state(),
+                "corpus_rng": corpus.rng.getstate() if corpus else None}, tmp / "state.pt")
+    (tmp / "env_memory.json").write_text(json.dumps(memory.records if memory else []))
+    shutil.rmtree(run_dir / name, ignore_errors=True)
+    os.replace(tmp, run_dir / name)
+    pointer = run_dir / ".latest.tmp"
+    pointer.write_text(json.dumps({"checkpoint": name, "step": state["step"], "config": dataclasses.asdict(cfg)}))
+    os.replace(pointer, run_dir / "latest")
+    for old in sorted(run_dir.glob("ckpt-*"))[:-2]:   # keep the last two
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_checkpoint(run_dir):
+    return run_dir / json.loads((run_dir / "latest").read_text())["checkpoint"]
+
+
+def restore(checkpoint, optimizer, memory, corpus, rank):
+    """Optimizer, RNGs, corpus sampler and environment memory as they were when the checkpoint was
+    saved; returns the loop state. Every rank calls it and reads its own optimizer shards."""
+    import torch
+    load_optimizer(optimizer, checkpoint, rank)
+    saved = torch.load(checkpoint / "state.pt", weights_only=False)   # our own file, written above
+    random.setstate(saved["python_rng"])
+    torch.set_rng_state(saved["torch_rng"])
+    if corpus is not None:
+        corpus.rng.setstate(saved["corpus_rng"])
+    if memory is not None:
+        memory.records = json.loads((checkpoint / "env_memory.json").read_text())
+        memory.save()
+    return saved["state"]
+
+
+def full_model_state(model):
+    """None in one process (save_pretrained reads the model); the gathered state dict under FSDP2."""
+    import grpo
+    if not grpo.is_sharded(model):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def barrier():
+    import torch.distributed as dist
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def save_optimizer(optimizer, directory, rank):
+    """This rank's optimizer state as it holds it (under FSDP2: DTensor shards, torchao's 8-bit ones too)."""
+    import torch
+    torch.save(optimizer.state_dict(), directory / f"optimizer-rank{rank}.pt")
+
+
+def load_optimizer(optimizer, directory, rank):
+    """Read back what `save_optimizer` wrote for this rank; the process count must be the run's."""
+    import torch
+    import torch.distributed as dist
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    saved = len(list(directory.glob("optimizer-rank*.pt")))
+    if saved != world:
+        raise SystemExit(f"spade.py: {directory} holds the optimizer shards of {saved} processes; "
+                         f"resume it with {saved}, not {world}")
+    optimizer.load_state_dict(torch.load(directory / f"optimizer-rank{rank}.pt", weights_only=False))
