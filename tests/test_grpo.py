@@ -319,9 +319,10 @@ def fsdp_samples():
     return random_samples(7, VOCAB, seed=2)
 
 
-def fsdp_update(model):
+def fsdp_update(model, fused_loss=False):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)  # SGD: the update is exactly -lr * grad
-    stats = grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16, max_grad_norm=0.05)
+    stats = grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16, max_grad_norm=0.05,
+                        fused_loss=fused_loss)
     return stats, {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
 
 
@@ -345,15 +346,20 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_fsdp2_two_processes_match_one(tmp_path):
+@pytest.mark.parametrize("fused_loss", [False, True], ids=["logprobs-then-loss", "fused-loss"])
+def test_fsdp2_two_processes_match_one(tmp_path, fused_loss):
+    # fused-loss: the CUDA default, whose gradients of the gathered lm_head come from kernels.py's sweep
+    # (its Triton row kernels interpreted here; the workers inherit TRITON_INTERPRET from conftest.py).
+    import functools
     import torch.multiprocessing as mp
     # The ranks must get different micro-batch counts, so the weight-0 catch-up pass is exercised.
     counts = {len(grpo.plan_micro_batches([len(s.tokens) for s in grpo.samples_for_rank(fsdp_samples(), r, 2)],
                                           16, padded=True)) for r in (0, 1)}
     assert len(counts) == 2
-    mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "fsdp.pt")), nprocs=2)
+    run = functools.partial(fsdp_update, fused_loss=fused_loss)
+    mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "fsdp.pt"), run), nprocs=2)
     sharded_stats, sharded = torch.load(tmp_path / "fsdp.pt")
-    stats, single = fsdp_update(tiny_model())
+    stats, single = fsdp_update(tiny_model(), fused_loss)
     assert stats["grad_norm"] > 0.05  # the clip was active, so it was tested too
     for key in ("loss", "grad_norm", "num_tokens", "num_loss_tokens", "tis_weight"):
         assert sharded_stats[key] == pytest.approx(stats[key], rel=1e-5, abs=1e-7), key
