@@ -354,7 +354,7 @@ def _row_dlogits_kernel(z_ptr, d_ptr, tgt_ptr, lse_ptr, scale_ptr, V, z_stride, 
                         BV: tl.constexpr):
     """d[row] = scale[row] * (onehot(target) - exp(z * inv_temp - lse)), one program per row. d may be z's
     own row reinterpreted as bf16: blocks go left to right, and block j's store covers only bytes that
-    blocks 0..j have already loaded."""
+    blocks 0..j have loaded, once the barrier has made every warp's loads of them complete."""
     row = tl.program_id(0)
     target = tl.load(tgt_ptr + row)
     lse = tl.load(lse_ptr + row)
@@ -365,6 +365,7 @@ def _row_dlogits_kernel(z_ptr, d_ptr, tgt_ptr, lse_ptr, scale_ptr, V, z_stride, 
         cols = v0 + tl.arange(0, BV)
         z = tl.load(z_row + cols, mask=cols < V, other=0.0) * inv_temp
         d = scale * (tl.where(cols == target, 1.0, 0.0) - tl.exp(z - lse))
+        tl.debug_barrier()      # every warp has loaded the bytes this store may overwrite (bar.sync)
         tl.store(d_row + cols, d.to(d_ptr.dtype.element_ty), mask=cols < V)
 
 

@@ -67,7 +67,7 @@ def resources(name: str, tiles: kernels.Tiles = kernels.Tiles(), sweep: kernels.
     ptx = compiled.asm["ptx"]
     return dict(registers=int(fields["REG"]), spill_bytes=int(fields["STACK"]) + int(fields["LOCAL"]),
                 shared_bytes=compiled.metadata.shared, async_copies=ptx.count("cp.async"),
-                wgmma=ptx.count("wgmma.mma_async"))
+                wgmma=ptx.count("wgmma.mma_async"), barriers=ptx.count("bar.sync"))
 
 
 def main():

@@ -181,7 +181,7 @@ def bench_shape(T, H, V, iters, device, liger, want_sanity):
         step = make_step()
         try:
             results[name] = timed(step, iters, cuda)
-        except (torch.cuda.OutOfMemoryError, RuntimeError) as error:   # a row that failed, with its reason
+        except Exception as error:     # a row that failed (OOM, Triton compile, ...), with its reason
             results[name] = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:60]}"
         del step
         hidden.grad = weight.grad = None
@@ -191,11 +191,14 @@ def bench_shape(T, H, V, iters, device, liger, want_sanity):
     return results, (T * H + V * H) * 2, sanity
 
 
-def print_table(rows):
+def print_header():
     header = f"{'T, H, V':>20} | {'method':<13} | {'ms fwd+bwd':>10} | {'x 3 GEMMs':>9} | {'TFLOP/s':>7} | " \
              f"{'peak extra GiB':>14} | {'net of grads GiB':>16}"
     print(header)
-    print("-" * len(header))
+    print("-" * len(header), flush=True)
+
+
+def print_table(rows):
     for (T, H, V), results, grad_bytes in rows:
         floor = results["three GEMMs"][0] if isinstance(results["three GEMMs"], tuple) else None
         for name, result in results.items():
@@ -208,7 +211,8 @@ def print_table(rows):
             tflops = 6 * T * H * V / (ms * 1e-3) / 1e12
             memory = "-" if peak is None or name == "three GEMMs" else f"{peak / GIB:.2f}"
             net = "-" if memory == "-" else f"{(peak - grad_bytes) / GIB:.2f}"
-            print(f"{shape:>20} | {name:<13} | {ms:>10.2f} | {ratio:>9} | {tflops:>7.3g} | {memory:>14} | {net:>16}")
+            print(f"{shape:>20} | {name:<13} | {ms:>10.2f} | {ratio:>9} | {tflops:>7.3g} | {memory:>14} | {net:>16}",
+                  flush=True)
 
 
 def main():
@@ -225,14 +229,12 @@ def main():
     print(f"logprob_bench on {name}, torch {torch.__version__}, triton {triton.__version__}, "
           f"median of {args.iters} after {WARMUP} warm-up")
     liger = liger_fn()
-    rows, sanity = [], None
-    for T, H, V in (QUICK_SHAPES if args.quick else SHAPES):
-        results, grad_bytes, shape_sanity = bench_shape(T, H, V, args.iters, device, liger, sanity is None)
-        sanity = sanity or shape_sanity
-        rows.append(((T, H, V), results, grad_bytes))
-    if sanity:
-        print(sanity)
-    print_table(rows)
+    print_header()
+    for i, (T, H, V) in enumerate(QUICK_SHAPES if args.quick else SHAPES):   # each shape printed when measured
+        results, grad_bytes, sanity = bench_shape(T, H, V, args.iters, device, liger, i == 0)
+        print_table([((T, H, V), results, grad_bytes)])
+        if sanity:
+            print(sanity, flush=True)
 
 
 if __name__ == "__main__":

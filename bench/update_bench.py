@@ -145,9 +145,10 @@ def bench_model(name, args, device, cuda):
             seconds, peak, micro = measure(lambda: run(optimizer), args.iters, cuda)
             mfu = 6 * n_active * num_tokens / seconds / H200_BF16_FLOPS if cuda else None
             rows.append((name, path, seconds, num_tokens / seconds, mfu, peak, micro))
-        except torch.cuda.OutOfMemoryError as err:
-            print(f"{name} {path}: out of memory ({str(err).splitlines()[0][:120]})", flush=True)
+        except Exception as err:      # out of memory or a failing path: the other paths still run
+            print(f"{name} {path}: {type(err).__name__} ({(str(err).splitlines() or [''])[0][:120]})", flush=True)
             rows.append((name, path, None, None, None, None, None))
+        print_row(*rows[-1])
         del optimizer
         model.zero_grad(set_to_none=True)
         gc.collect()
@@ -164,11 +165,15 @@ def fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
+def print_row(name, path, seconds, tps, mfu, peak, micro):
+    print(f"{name:<26} {path:<7} {fmt(seconds, '.3f'):>9} {fmt(tps, ',.0f'):>9} {fmt(mfu, '.1%'):>6} "
+          f"{fmt(peak, '.1f'):>9} {fmt(micro, 'd'):>6}", flush=True)
+
+
 def print_table(rows):
     print(f"\n{'model':<26} {'path':<7} {'s/update':>9} {'tok/s':>9} {'MFU':>6} {'peak GiB':>9} {'micro':>6}")
-    for name, path, seconds, tps, mfu, peak, micro in rows:
-        print(f"{name:<26} {path:<7} {fmt(seconds, '.3f'):>9} {fmt(tps, ',.0f'):>9} {fmt(mfu, '.1%'):>6} "
-              f"{fmt(peak, '.1f'):>9} {fmt(micro, 'd'):>6}")
+    for row in rows:
+        print_row(*row)
     print()
     for name in dict.fromkeys(r[0] for r in rows):
         naive = next(r for r in rows if r[0] == name and r[1] == "naive")
@@ -202,6 +207,7 @@ def main():
     if cuda:
         print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []
+    print("rows as measured (the whole table again at the end):", flush=True)
     for name in models:
         rows += bench_model(name, args, "cuda" if cuda else "cpu", cuda)
     print_table(rows)

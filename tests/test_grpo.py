@@ -223,8 +223,9 @@ def test_micro_batched_and_packed_loss_equal_per_sample_loss(cpu_varlen):
 @pytest.mark.parametrize("route", ["padded", "torch_varlen"])
 def test_fused_loss_equals_logprobs_then_loss(route, cpu_varlen):
     # The CUDA default (grpo.fused_grpo_loss: loss and gradients formed in kernels.linear_token_loss's
-    # sweep) against token_logprobs + grpo_loss, KL and micro-batches included.
-    model = tiny_model()
+    # sweep) against token_logprobs + grpo_loss, KL and micro-batches included; on the GPU when there
+    # is one (Triton compiled), else on the CPU (interpreted).
+    model = tiny_model().to("cuda" if torch.cuda.is_available() else "cpu")
     reference = grpo.frozen_copy(model)
     with torch.no_grad():
         for param in reference.parameters():
@@ -352,6 +353,8 @@ def test_fsdp2_two_processes_match_one(tmp_path, fused_loss):
     # (its Triton row kernels interpreted here; the workers inherit TRITON_INTERPRET from conftest.py).
     import functools
     import torch.multiprocessing as mp
+    if fused_loss and torch.cuda.is_available():
+        pytest.skip("CPU ranks run Triton only interpreted, which conftest.py turns on only without CUDA")
     # The ranks must get different micro-batch counts, so the weight-0 catch-up pass is exercised.
     counts = {len(grpo.plan_micro_batches([len(s.tokens) for s in grpo.samples_for_rank(fsdp_samples(), r, 2)],
                                           16, padded=True)) for r in (0, 1)}

@@ -128,7 +128,7 @@ def test_ignored_targets_give_zero_and_no_gradient():
     assert torch.all(logprobs[[0, 7, 19]] == 0) and torch.all(grad_hidden[[0, 7, 19]] == 0)
     kept = targets >= 0
     reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, 1.0)
-    assert relative_error(logprobs[kept], reference[kept]) <= 1e-5
+    assert relative_error(logprobs[kept], reference[kept]) <= (1e-5 if DEVICE == "cpu" else 5e-3)   # TF32 on GPU
     # grad_weight without the ignored tokens == grad_weight of the kept tokens alone.
     _, kept_weight = exact_gradients(hidden[kept], weight, targets[kept], upstream[kept], 1.0)
     assert relative_error(grad_weight, kept_weight) <= (1e-5 if DEVICE == "cpu" else 5e-3)
@@ -247,8 +247,8 @@ def test_default_sweep_on_gpu():
 
 def test_default_tiles_compile_for_hopper_pipelined_without_spills():
     """Ahead-of-time compile for sm_90 (no GPU needed; in a fresh process, since this one may hold
-    interpreted kernels): every kernel is software-pipelined onto wgmma, fits in shared memory and
-    spills no registers. A tile or kernel change that breaks one of these fails here, not on the GPU."""
+    interpreted kernels): every GEMM kernel is software-pipelined onto wgmma, every kernel fits in
+    shared memory and spills no registers, and the in-place row kernel keeps its barrier. A tile or kernel change that breaks one of these fails here, not on the GPU."""
     code = ("import json; from bench.kernel_resources import resources; "
             "print(json.dumps({n: resources(n) for n in ('forward', 'dlogits', 'grad_hidden', 'row_lse', "
             "'row_dlogits')}))")
@@ -259,5 +259,7 @@ def test_default_tiles_compile_for_hopper_pipelined_without_spills():
     for name, r in json.loads(result.stdout.splitlines()[-1]).items():
         if not name.startswith("row_"):                               # the row kernels stream, no GEMM
             assert r["wgmma"] > 0 and r["async_copies"] > 0, (name, r)   # tensor cores, pipelined loads
+        if name == "row_dlogits":      # writes over its own input: warps must sync before each store
+            assert r["barriers"] >= 1, r
         assert r["spill_bytes"] == 0 and r["registers"] <= 255, (name, r)
         assert r["shared_bytes"] <= 227 * 1024, (name, r)
