@@ -14,6 +14,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
 #     -d .whl bitsandbytes==0.50.2 liger-kernel==0.8.5 torchao==0.18.0 transformers==5.19.0
+# transformers 5.19 needs tokenizers >= 0.23.1 and huggingface-hub >= 1.31 at import; if the image's are
+# older, the first line of the output says so and every step fails at once: rerun without the
+# transformers wheel (`rm .whl/transformers-*` before the call) to use the image's 5.17.
 # The image's torch is 2.11 (no vLLM): its varlen attention has no enable_gqa, which attention.py
 # handles; the CPU tests of the engine and the update pass under torch 2.11 too.
 #   run(carry=[".whl"], timeout_s=600, command="python3 -m pip install -q --no-index --no-deps --no-compile
@@ -53,7 +56,7 @@ step() {  # step NAME SECONDS COMMAND...: run it under timeout, log to $OUT_DIR/
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$PY" -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers',
 transformers.__version__, 'triton', triton.__version__)"
-  "$PY" -m pip list 2>/dev/null | grep -iE "^(bitsandbytes|liger|torchao|transformers) "
+  "$PY" -m pip list 2>/dev/null | grep -iE "^(bitsandbytes|liger[-_]kernel|torchao|transformers|tokenizers|huggingface[-_]hub) "
   date -u; } 2>&1 | tee -a "$SUMMARY"
 
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts=)
