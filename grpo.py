@@ -2,11 +2,11 @@
 
 One call of `update` is one optimizer step on the whole batch of designer and agent samples, as in the
 paper (global batch = rollout batch). Top to bottom: `Sample`; the loss as small pure functions;
-micro-batches by a token budget, packed into one row with variable-length attention on CUDA
-(attention.py: flash-attn if installed, else PyTorch's `varlen_attn`) or length-sorted padded rows
-with SDPA elsewhere; log-probs from the final hidden states through kernels.py (no [tokens x
-vocabulary] logits on CUDA; there the loss and its gradients are formed in one sweep, `fused_grpo_loss`);
-`make_optimizer` (8-bit AdamW), `update`, `shard_model` (FSDP2 under torchrun) and `push_weights`.
+log-probs from the final hidden states of a micro-batch (packing.py: one packed row with
+variable-length attention on CUDA, attention.py, or length-sorted padded rows with SDPA elsewhere)
+through kernels.py (no [tokens x vocabulary] logits on CUDA; there the loss and its gradients are
+formed in one sweep, `fused_grpo_loss`); `make_optimizer` (8-bit AdamW), `update`, `shard_model`
+(FSDP2 under torchrun) and `push_weights`.
 
 Tests: `python -m pytest tests/test_grpo.py -q`.
 
@@ -27,10 +27,9 @@ from typing import Iterator
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
 
 import attention
+import packing
 
 
 @dataclass
@@ -107,6 +106,19 @@ def sample_mean(values, mask):
     return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
 
+def token_terms(logprobs, old_logprobs, rollout_logprobs, advantages, clip_low, clip_high, tis_cap, kl_coef,
+                ref_logprobs):
+    """Per token, elementwise: (ppo_clip * tis_weight, k3_kl or zeros, clipped, tis weight); the loss of
+    a token is the first plus kl_coef times the second (the KL term is not importance weighted)."""
+    pg, clipped = ppo_clip(logprobs, old_logprobs, advantages, clip_low, clip_high)
+    weight = tis_weight(old_logprobs, rollout_logprobs, tis_cap)
+    kl = torch.zeros_like(pg)
+    if kl_coef != 0:
+        assert ref_logprobs is not None, "kl_coef != 0 needs ref_logprobs from the frozen reference model"
+        kl = k3_kl(logprobs, ref_logprobs)
+    return pg * weight, kl, clipped, weight
+
+
 def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_low=0.2, clip_high=0.28,
               tis_cap=2.0, kl_coef=0.0, ref_logprobs=None):
     """The policy loss of METHOD.md 7.2 on B samples: ([B, L] x4 + advantages [B] + ...) -> (loss, stats).
@@ -127,13 +139,8 @@ def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_l
     clip_fraction, tis_weight, tis_capped_fraction, num_loss_tokens.
     """
     mask = mask.to(logprobs.dtype)
-    pg, clipped = ppo_clip(logprobs, old_logprobs, advantages[:, None], clip_low, clip_high)
-    weight = tis_weight(old_logprobs, rollout_logprobs, tis_cap)
-    per_token = pg * weight
-    kl = torch.zeros_like(per_token)
-    if kl_coef != 0:
-        assert ref_logprobs is not None, "kl_coef != 0 needs ref_logprobs from the frozen reference model"
-        kl = k3_kl(logprobs, ref_logprobs)
+    per_token, kl, clipped, weight = token_terms(logprobs, old_logprobs, rollout_logprobs, advantages[:, None],
+                                                 clip_low, clip_high, tis_cap, kl_coef, ref_logprobs)
     loss = sample_mean(per_token + kl_coef * kl, mask).mean()
     num_tokens = mask.sum()
 
@@ -148,78 +155,9 @@ def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_l
 
 
 # ---------------------------------------------------------------------------------------------------
-# Micro-batches and log-probs.
+# Log-probs and the loss of a micro-batch (packing.py builds the micro-batches).
 
-def plan_micro_batches(lengths: list[int], token_budget: int, padded: bool) -> list[list[int]]:
-    """Group sample indices into micro-batches whose cost stays within token_budget, longest first.
-
-    Cost is the tokens actually computed: their sum when packed, rows x longest row when padded (sorting
-    by length keeps that padding small). A sample longer than the budget gets a micro-batch alone.
-    Example, lengths [3, 9, 4, 5], budget 12: packed -> [[1], [3, 2, 0]] (9 | 5 + 4 + 3 = 12);
-    padded -> [[1], [3, 2], [0]] (9 | 2 x 5 = 10; adding the 3 would make 3 x 5 = 15).
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        candidate = current + [i]
-        cost = len(candidate) * lengths[candidate[0]] if padded else sum(lengths[j] for j in candidate)
-        if current and cost > token_budget:
-            batches.append(current)
-            candidate = [i]
-        current = candidate
-    return batches + ([current] if current else [])
-
-
-def samples_for_rank(samples: list[Sample], rank: int, world_size: int) -> list[Sample]:
-    """This rank's share of the batch: sorted by length, dealt round-robin, so token counts balance.
-
-    Example: lengths [3, 9, 4, 5], 2 ranks -> rank 0 gets lengths [9, 4], rank 1 gets [5, 3].
-    """
-    order = sorted(range(len(samples)), key=lambda i: -len(samples[i].tokens))
-    return [samples[i] for i in order[rank::world_size]]
-
-
-@dataclass
-class MicroBatch:
-    input_ids: torch.Tensor  # [B, S] padded rows, or [1, T] one packed row
-    position_ids: torch.Tensor  # same shape; restarts at 0 at every sample when packed
-    attention_mask: torch.Tensor | None  # [B, S], 1 on real tokens (padded); None when packed
-    varlen: dict  # cu_seq_lens_q/k, max_length_q/k: transformers' variable-length attention kwargs
-    lengths: list[int]
-    loss_mask: torch.Tensor  # [B, L] float, L = longest sample (the loss side is always padded rows)
-    rollout_logprobs: torch.Tensor  # [B, L]
-    advantages: torch.Tensor  # [B]
-
-    @property
-    def packed(self) -> bool:
-        return self.attention_mask is None
-
-
-def collate(samples: list[Sample], packed: bool, device) -> MicroBatch:
-    """Tensors for one micro-batch: one packed row (varlen attention) or right-padded rows."""
-    def rows(field, dtype):
-        return pad_sequence([torch.tensor(getattr(s, field), dtype=dtype) for s in samples],
-                            batch_first=True).to(device)
-
-    lengths = [len(s.tokens) for s in samples]
-    if packed:
-        input_ids = torch.tensor([t for s in samples for t in s.tokens], device=device)[None]
-        position_ids = torch.cat([torch.arange(n) for n in lengths]).to(device)[None]
-        cu = torch.tensor([0] + lengths, device=device).cumsum(0).to(torch.int32)
-        varlen = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths))
-        attention_mask = None
-    else:
-        input_ids = rows("tokens", torch.long)  # padding id 0 is never attended to nor scored
-        attention_mask = (torch.arange(input_ids.shape[1], device=device)[None]
-                          < torch.tensor(lengths, device=device)[:, None]).long()
-        position_ids = torch.arange(input_ids.shape[1], device=device).expand_as(input_ids)
-        varlen = {}
-    return MicroBatch(input_ids, position_ids, attention_mask, varlen, lengths,
-                      rows("loss_mask", torch.float32), rows("rollout_logprobs", torch.float32),
-                      torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device))
-
-
-def _final_hidden(model, batch: MicroBatch):
+def _final_hidden(model, batch: packing.MicroBatch):
     """(final hidden states [F, H] of every position that predicts a next token, those tokens [F], the
     output projection [V, H]); F = rows x (S - 1).
 
@@ -236,19 +174,7 @@ def _final_hidden(model, batch: MicroBatch):
             model.get_output_embeddings().weight)
 
 
-def _per_sample(flat, batch: MicroBatch):
-    """Values of the F predicting positions -> per-sample rows [B, L]: token i of a sample gets the value
-    of the position before it; 0 at position 0, on padding and where a packed row crosses samples."""
-    num_rows, length = batch.input_ids.shape
-    shifted = F.pad(flat.view(num_rows, length - 1), (1, 0))  # [R, S]
-    if not batch.packed:
-        return shifted * batch.attention_mask  # padding positions score the pad id: zero them
-    # Each sample's first position holds the previous sample's last prediction: zero it.
-    per_sample = pad_sequence(list(shifted[0].split(batch.lengths)), batch_first=True)
-    return F.pad(per_sample[:, 1:], (1, 0))
-
-
-def token_logprobs(model, batch: MicroBatch, temperature=1.0):
+def token_logprobs(model, batch: packing.MicroBatch, temperature=1.0):
     """Log-prob of every sample token under `model`: [B, L] rows, 0 at position 0 and on padding.
 
     Through kernels.py: the fused Triton kernel on CUDA (never the [T, V] logits), its fp32 torch
@@ -257,19 +183,19 @@ def token_logprobs(model, batch: MicroBatch, temperature=1.0):
     """
     import kernels  # lazily: Triton is only needed on CUDA
     hidden, targets, weight = _final_hidden(model, batch)
-    return _per_sample(kernels.logprob_fn(hidden.device)(hidden, weight, targets, temperature), batch)
+    return packing.per_sample(kernels.logprob_fn(hidden.device)(hidden, weight, targets, temperature), batch)
 
 
-def fused_grpo_loss(model, batch: MicroBatch, temperature=1.0, clip_low=0.2, clip_high=0.28, tis_cap=2.0,
+def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=0.2, clip_high=0.28, tis_cap=2.0,
                     kl_coef=0.0, ref_logprobs=None):
-    """`grpo_loss` of the micro-batch with the current weights as pi_old, through kernels.linear_token_loss:
+    """`grpo_loss` of the micro-batch with the current weights as pi_old, through sweep.linear_token_loss:
     the loss is a sum of per-token terms, so its gradient is formed during the forward sweep over the
     vocabulary (three GEMMs, not four). Returns (loss, stats) as grpo_loss does, with the same values."""
-    import kernels
+    import sweep  # lazily, as kernels: Triton is only needed on CUDA
     hidden, targets, weight = _final_hidden(model, batch)
     # Which predicting position scores each (sample, token): its flat index + 1 through _per_sample, 0 = none.
     index = torch.arange(1, targets.numel() + 1, device=targets.device, dtype=torch.float64)
-    where = _per_sample(index, batch).long() - 1
+    where = packing.per_sample(index, batch).long() - 1
     scored = where >= 0
     mask = batch.loss_mask
     weights = mask / mask.sum(-1, keepdim=True).clamp(min=1) / mask.shape[0]   # sample-level averaging
@@ -283,15 +209,12 @@ def fused_grpo_loss(model, batch: MicroBatch, temperature=1.0, clip_low=0.2, cli
     advantages, ref = flat(batch.advantages[:, None].expand_as(mask)), flat(ref_logprobs) if kl_coef else None
 
     def token_loss(logprobs, rows):
-        old = logprobs.detach()
-        per_token = ppo_clip(logprobs, old, advantages[rows], clip_low, clip_high)[0]
-        per_token = per_token * tis_weight(old, rollout[rows], tis_cap)
-        if kl_coef != 0:
-            per_token = per_token + kl_coef * k3_kl(logprobs, ref[rows])
-        return (per_token * coef[rows]).sum()
+        per_token, kl, _, _ = token_terms(logprobs, logprobs.detach(), rollout[rows], advantages[rows], clip_low,
+                                          clip_high, tis_cap, kl_coef, None if ref is None else ref[rows])
+        return ((per_token + kl_coef * kl) * coef[rows]).sum()
 
-    loss, flat_logprobs = kernels.linear_token_loss(hidden, weight, targets, token_loss, temperature)
-    logprobs = _per_sample(flat_logprobs, batch)
+    loss, flat_logprobs = sweep.linear_token_loss(hidden, weight, targets, token_loss, temperature)
+    logprobs = packing.per_sample(flat_logprobs, batch)
     stats = grpo_loss(logprobs, logprobs, batch.rollout_logprobs, batch.advantages, mask, clip_low, clip_high,
                       tis_cap, kl_coef, ref_logprobs)[1]
     return loss, stats
@@ -353,9 +276,9 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     route = route or attention.route(model)
     device = next(model.parameters()).device
     fused_loss = device.type == "cuda" if fused_loss is None else fused_loss
-    local = samples_for_rank(samples, rank, world)
+    local = packing.samples_for_rank(samples, rank, world)
     plan = [[local[i] for i in group] for group in
-            plan_micro_batches([len(s.tokens) for s in local], micro_token_budget, route == "padded")]
+            packing.plan_micro_batches([len(s.tokens) for s in local], micro_token_budget, route == "padded")]
     # FSDP2 gathers each layer collectively, so every rank must run as many passes: a rank that has
     # run out repeats a micro-batch with weight 0.
     num_passes = torch.tensor(len(plan), device=device)
@@ -370,7 +293,7 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
             stack.enter_context(attention.implementation(ref_model, route))
         for step in range(int(num_passes)):
             group, weight = (plan[step], 1.0) if step < len(plan) else ([samples[0]], 0.0)
-            batch = collate(group, packed=route != "padded", device=device)
+            batch = packing.collate(group, packed=route != "padded", device=device)
             ref_logprobs = None
             if kl_coef != 0:
                 with torch.no_grad():

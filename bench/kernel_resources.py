@@ -1,5 +1,5 @@
-"""What kernels.py's Triton kernels compile to on Hopper (sm_90), without a GPU: registers, spills, shared
-memory, and whether the reduction loops are pipelined (async copies) onto wgmma tensor-core ops.
+"""What kernels.py's and sweep.py's Triton kernels compile to on Hopper (sm_90), without a GPU: registers,
+spills, shared memory, and whether the reduction loops are pipelined (async copies) onto wgmma tensor-core ops.
 
     python bench/kernel_resources.py       # any machine with triton: ahead-of-time compile, ~10 s
                                            # (not under TRITON_INTERPRET=1: that makes kernels uncompilable)
@@ -23,6 +23,7 @@ from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root, for kernels.py
 import kernels  # noqa: E402
+import sweep  # noqa: E402
 
 POINTERS = {"forward": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32"),
             "dlogits": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32", "*bf16"),
@@ -32,8 +33,8 @@ POINTERS = {"forward": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32"),
 DIVISIBLE = {"T", "V", "H", "VC", "v_per_split", "v_offset", "M", "N", "K", "stride", "z_stride", "d_stride"}
 
 
-def _launch(name, tiles, sweep):
-    """(kernel, constexpr values, launch options) as kernels.py launches it with these knobs."""
+def _launch(name, tiles, knobs):
+    """(kernel, constexpr values, launch options) as kernels.py or sweep.py launches it."""
     sizes = dict(BT=tiles.block_t, BV=tiles.block_v, BK=tiles.block_k, UPCAST=False)
     options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
     if name == "forward":
@@ -41,15 +42,15 @@ def _launch(name, tiles, sweep):
     if name == "dlogits":
         return kernels._dlogits_kernel, dict(sizes, GROUP=tiles.group), options
     if name.startswith("row_"):
-        fn = kernels._row_lse_kernel if name == "row_lse" else kernels._row_dlogits_kernel
-        return fn, dict(BV=sweep.block_v), dict(num_warps=sweep.num_warps)
+        fn = sweep._row_lse_kernel if name == "row_lse" else sweep._row_dlogits_kernel
+        return fn, dict(BV=knobs.block_v), dict(num_warps=knobs.num_warps)
     return kernels._accumulate_matmul_kernel, dict(BM=tiles.block_t, BN=tiles.block_v, BK=tiles.block_k,
                                                    GROUP=tiles.group, UPCAST=False), options
 
 
-def resources(name: str, tiles: kernels.Tiles = kernels.Tiles(), sweep: kernels.Sweep = kernels.Sweep()) -> dict:
+def resources(name: str, tiles: kernels.Tiles = kernels.Tiles(), knobs: sweep.Sweep = sweep.Sweep()) -> dict:
     """Compile one kernel (a POINTERS key) for sm_90 and read what it uses."""
-    fn, constexprs, options = _launch(name, tiles, sweep)
+    fn, constexprs, options = _launch(name, tiles, knobs)
     args = fn.arg_names
     pointers = iter(POINTERS[name])
     signature = {a: "constexpr" if a in constexprs else "fp32" if a == "inv_temp" else
@@ -74,13 +75,13 @@ def main():
     print(f"kernels.py on sm_90, triton {triton.__version__} (ahead-of-time, no GPU needed)\n")
     print(f"{'tiles (T x V x K, warps, stages)':<34} {'kernel':<12} {'regs':>5} {'spill B':>8} {'shared KiB':>10} "
           f"{'async copies':>12} {'wgmma':>6}")
-    sweep = kernels.Sweep()
+    knobs = sweep.Sweep()
     runs = [(f"{t.block_t} x {t.block_v} x {t.block_k}, {t.num_warps}, {t.num_stages}", t, name)
             for t in (kernels.Tiles(), kernels.Tiles(block_v=256)) for name in list(POINTERS)[:3]]
-    runs += [(f"rows of {sweep.block_v}, {sweep.num_warps} warps", kernels.Tiles(), name)
+    runs += [(f"rows of {knobs.block_v}, {knobs.num_warps} warps", kernels.Tiles(), name)
              for name in ("row_lse", "row_dlogits")]
     for label, tiles, name in runs:
-        r = resources(name, tiles, sweep)
+        r = resources(name, tiles, knobs)
         print(f"{label:<34} {name:<12} {r['registers']:>5} {r['spill_bytes']:>8} {r['shared_bytes'] / 1024:>10.1f} "
               f"{r['async_copies']:>12} {r['wgmma']:>6}")
 

@@ -9,7 +9,7 @@ Rows per shape (T tokens, H hidden, V vocabulary), all bf16 inputs with fp32 sof
   liger        LigerFusedLinearCrossEntropyLoss(reduction="none"), if liger_kernel imports
   three GEMMs  h @ W.T, g @ W and g.T @ h in bf16 with preallocated outputs: the practical floor
   ours         kernels.fused_linear_logprob (default 128 x 128 tiles; and a 128 x 256 variant)
-  sweep        kernels.linear_token_loss, the GRPO-loss variant (three GEMMs: loss and gradients in one
+  sweep        sweep.linear_token_loss, the GRPO-loss variant (three GEMMs: loss and gradients in one
                sweep of 512-token chunks; and 256-token chunks), with token_loss = sum(upstream * logprob),
                whose gradients are exactly those of the other rows
 Time: median of CUDA-event timings of forward + backward (upstream gradient random), after warm-up.
@@ -30,6 +30,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root, for kernels.py
 import kernels  # noqa: E402
+import sweep  # noqa: E402
 
 SHAPES = [(8192, 2048, 151936), (32768, 2048, 151936), (8192, 4096, 151936)]   # (T, H, V)
 QUICK_SHAPES = [(128, 64, 1000), (256, 64, 3001)]
@@ -49,14 +50,14 @@ def wide_tiles(hidden, weight, targets):
     return kernels.fused_linear_logprob(hidden, weight, targets, tiles=kernels.Tiles(block_v=256))
 
 
-def sweep_step(hidden, weight, targets, upstream, sweep=kernels.Sweep()):
+def sweep_step(hidden, weight, targets, upstream, knobs=sweep.Sweep()):
     """linear_token_loss with the loss sum(upstream * logprob): the same gradients as method_step's."""
     def token_loss(logprobs, rows):
         return (logprobs * upstream[rows]).sum()
 
     def step():
         hidden.grad = weight.grad = None
-        kernels.linear_token_loss(hidden, weight, targets, token_loss, sweep=sweep)[0].backward()
+        sweep.linear_token_loss(hidden, weight, targets, token_loss, sweep=knobs)[0].backward()
     return step
 
 
@@ -130,7 +131,7 @@ def sanity_lines(hidden, weight, targets, upstream):
     torch.backends.cuda.matmul.allow_tf32 = False
     runs = {"fp32 reference": lambda h, w: kernels.linear_logprob_reference(h.float(), w.float(), targets),
             "ours": lambda h, w: kernels.fused_linear_logprob(h, w, targets),
-            "sweep": lambda h, w: kernels.linear_token_loss(h, w, targets, lambda lp, rows: (lp * upstream[rows]).sum())}
+            "sweep": lambda h, w: sweep.linear_token_loss(h, w, targets, lambda lp, rows: (lp * upstream[rows]).sum())}
     results = {}
     for name, run in runs.items():
         h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
@@ -170,7 +171,7 @@ def bench_shape(T, H, V, iters, device, liger, want_sanity):
         # The first tuning experiment of bench/NOTES.md, measured in the same run: wider tiles.
         "ours 128x256": step_of(wide_tiles) if cuda else "needs CUDA (Triton)",
         "sweep": (lambda: sweep_step(hidden, weight, targets, upstream)) if cuda else "needs CUDA (Triton)",
-        "sweep C=256": (lambda: sweep_step(hidden, weight, targets, upstream, kernels.Sweep(chunk_tokens=256)))
+        "sweep C=256": (lambda: sweep_step(hidden, weight, targets, upstream, sweep.Sweep(chunk_tokens=256)))
                        if cuda else "needs CUDA (Triton)",
     }
     results = {}

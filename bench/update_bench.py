@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 import attention  # noqa: E402
 import engine  # noqa: E402
 import grpo  # noqa: E402
+import packing  # noqa: E402
 
 H200_BF16_FLOPS = 989e12
 GIB = 2 ** 30
@@ -63,9 +64,9 @@ def naive_update(model, optimizer, samples, micro_token_budget, max_grad_norm=1.
     optimizer.zero_grad(set_to_none=True)
     model.train()
     device = next(model.parameters()).device
-    plan = grpo.plan_micro_batches([len(s.tokens) for s in samples], micro_token_budget, padded=True)
+    plan = packing.plan_micro_batches([len(s.tokens) for s in samples], micro_token_budget, padded=True)
     for group in plan:
-        batch = grpo.collate([samples[i] for i in group], packed=False, device=device)
+        batch = packing.collate([samples[i] for i in group], packed=False, device=device)
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                        position_ids=batch.position_ids, use_cache=False).logits.float()
         picked = logits[:, :-1].log_softmax(-1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)

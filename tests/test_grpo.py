@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import attention
 import grpo
+import packing
 from grpo import Sample
 
 LOG = math.log
@@ -92,11 +93,11 @@ def test_sample_mean_and_empty_rows():
 
 
 def test_plan_micro_batches_worked_example():
-    assert grpo.plan_micro_batches([3, 9, 4, 5], 12, padded=False) == [[1], [3, 2, 0]]
-    assert grpo.plan_micro_batches([3, 9, 4, 5], 12, padded=True) == [[1], [3, 2], [0]]
+    assert packing.plan_micro_batches([3, 9, 4, 5], 12, padded=False) == [[1], [3, 2, 0]]
+    assert packing.plan_micro_batches([3, 9, 4, 5], 12, padded=True) == [[1], [3, 2], [0]]
     lengths = [7, 1, 30, 12, 12, 5, 2, 9]
     for padded in (False, True):
-        plan = grpo.plan_micro_batches(lengths, 16, padded)
+        plan = packing.plan_micro_batches(lengths, 16, padded)
         assert sorted(i for group in plan for i in group) == list(range(len(lengths)))
         for group in plan:
             cost = len(group) * max(lengths[i] for i in group) if padded else sum(lengths[i] for i in group)
@@ -105,8 +106,8 @@ def test_plan_micro_batches_worked_example():
 
 def test_samples_for_rank_balances_lengths():
     samples = [Sample([1] * n, [0] * n, [0.0] * n, 0.0) for n in (3, 9, 4, 5)]
-    assert [len(s.tokens) for s in grpo.samples_for_rank(samples, 0, 2)] == [9, 4]
-    assert [len(s.tokens) for s in grpo.samples_for_rank(samples, 1, 2)] == [5, 3]
+    assert [len(s.tokens) for s in packing.samples_for_rank(samples, 0, 2)] == [9, 4]
+    assert [len(s.tokens) for s in packing.samples_for_rank(samples, 1, 2)] == [5, 3]
 
 
 def test_sample_rejects_bad_shapes():
@@ -168,7 +169,7 @@ def cpu_varlen(monkeypatch):
 def test_token_logprobs_match_model_logits(route, cpu_varlen):
     model = tiny_model()
     samples = random_samples(5, VOCAB)
-    batch = grpo.collate(samples, packed=route != "padded", device="cpu")
+    batch = packing.collate(samples, packed=route != "padded", device="cpu")
     with torch.no_grad(), attention.implementation(model, route):
         rows = grpo.token_logprobs(model, batch, temperature=0.7)
     assert model.config._attn_implementation == "sdpa"  # restored for the in-process engine
@@ -188,7 +189,7 @@ def test_packed_route_repeats_kv_heads_where_varlen_has_no_gqa(monkeypatch):
     for fn in (reference_varlen, reference_varlen_without_gqa):
         monkeypatch.setattr(varlen, "varlen_attn", fn)
         with torch.no_grad(), attention.implementation(model, "torch_varlen"):
-            results.append(grpo.token_logprobs(model, grpo.collate(samples, packed=True, device="cpu")))
+            results.append(grpo.token_logprobs(model, packing.collate(samples, packed=True, device="cpu")))
     torch.testing.assert_close(results[1], results[0], atol=1e-6, rtol=1e-6)
 
 
@@ -222,7 +223,7 @@ def test_micro_batched_and_packed_loss_equal_per_sample_loss(cpu_varlen):
 
 @pytest.mark.parametrize("route", ["padded", "torch_varlen"])
 def test_fused_loss_equals_logprobs_then_loss(route, cpu_varlen):
-    # The CUDA default (grpo.fused_grpo_loss: loss and gradients formed in kernels.linear_token_loss's
+    # The CUDA default (grpo.fused_grpo_loss: loss and gradients formed in sweep.linear_token_loss's
     # sweep) against token_logprobs + grpo_loss, KL and micro-batches included; on the GPU when there
     # is one (Triton compiled), else on the CPU (interpreted).
     model = tiny_model().to("cuda" if torch.cuda.is_available() else "cpu")
@@ -295,10 +296,10 @@ def test_cuda_packed_routes_match_padded():
     samples = random_samples(6, VOCAB, seed=3, max_len=300)
     routes = ["torch_varlen"] + (["flash"] if attention.route(model) == "flash" else [])
     with torch.no_grad():
-        padded = grpo.token_logprobs(model, grpo.collate(samples, packed=False, device="cuda"))
+        padded = grpo.token_logprobs(model, packing.collate(samples, packed=False, device="cuda"))
         for route in routes:
             with attention.implementation(model, route):
-                packed = grpo.token_logprobs(model, grpo.collate(samples, packed=True, device="cuda"))
+                packed = grpo.token_logprobs(model, packing.collate(samples, packed=True, device="cuda"))
             difference = (packed.float() - padded.float()).abs()  # bf16 noise; a mask bug gives ~1
             assert difference.max() < 0.15 and difference.mean() < 0.02, (route, difference.max())
 
@@ -356,7 +357,7 @@ def test_fsdp2_two_processes_match_one(tmp_path, fused_loss):
     if fused_loss and torch.cuda.is_available():
         pytest.skip("CPU ranks run Triton only interpreted, which conftest.py turns on only without CUDA")
     # The ranks must get different micro-batch counts, so the weight-0 catch-up pass is exercised.
-    counts = {len(grpo.plan_micro_batches([len(s.tokens) for s in grpo.samples_for_rank(fsdp_samples(), r, 2)],
+    counts = {len(packing.plan_micro_batches([len(s.tokens) for s in packing.samples_for_rank(fsdp_samples(), r, 2)],
                                           16, padded=True)) for r in (0, 1)}
     assert len(counts) == 2
     run = functools.partial(fsdp_update, fused_loss=fused_loss)

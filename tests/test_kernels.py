@@ -24,6 +24,7 @@ if DEVICE == "cpu" and TRITON_HERE:
 import triton.language as tl  # noqa: E402
 
 import kernels  # noqa: E402
+import sweep  # noqa: E402
 
 if DEVICE == "cpu" and TRITON_HERE:
     assert all("Interpreted" in type(fn).__name__ for fn in (tl.zeros, kernels._forward_kernel)), \
@@ -136,17 +137,17 @@ def test_ignored_targets_give_zero_and_no_gradient():
 
 # linear_token_loss: 8-token chunks (T = 37: five, the last one short), 64-wide row steps, and the
 # grad_hidden reduction split in 4 when V allows (204 = 4 x 51; 203 falls back to one GEMM).
-SWEEP = kernels.Sweep(chunk_tokens=8, block_v=64, num_warps=4, split_k=4)
+SWEEP = sweep.Sweep(chunk_tokens=8, block_v=64, num_warps=4, split_k=4)
 
 
-def run_sweep(hidden, weight, targets, upstream, temperature, sweep=SWEEP, scale=1.0, train_weight=True):
+def run_sweep(hidden, weight, targets, upstream, temperature, knobs=SWEEP, scale=1.0, train_weight=True):
     """linear_token_loss with loss sum(upstream * logprob), backward of scale * loss: (loss, logprobs,
     grad_hidden, grad_weight or None), the gradients those of fused_linear_logprob with scale * upstream."""
     hidden = hidden.to(DEVICE, copy=True).requires_grad_()
     weight = weight.to(DEVICE, copy=True).requires_grad_(train_weight)
     upstream = upstream.to(DEVICE)
-    loss, logprobs = kernels.linear_token_loss(hidden, weight, targets.to(DEVICE),
-                                               lambda lp, rows: (lp * upstream[rows]).sum(), temperature, sweep=sweep)
+    loss, logprobs = sweep.linear_token_loss(hidden, weight, targets.to(DEVICE),
+                                               lambda lp, rows: (lp * upstream[rows]).sum(), temperature, sweep=knobs)
     (scale * loss).backward()
     return loss.item(), logprobs.cpu(), hidden.grad.cpu(), None if weight.grad is None else weight.grad.cpu()
 
@@ -236,7 +237,7 @@ def test_default_sweep_on_gpu():
     # The production Sweep, with V split 4 ways (5004) and not (5003), against the float64 reference.
     for vocab in (5004, 5003):
         hidden, weight, targets, upstream = make_case(1500, vocab, 256, torch.bfloat16, seed=8, ignored=[10])
-        _, logprobs, grad_hidden, grad_weight = run_sweep(hidden, weight, targets, upstream, 0.8, kernels.Sweep())
+        _, logprobs, grad_hidden, grad_weight = run_sweep(hidden, weight, targets, upstream, 0.8, sweep.Sweep())
         reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, 0.8)
         ideal_hidden, _ = exact_gradients(hidden, weight, targets, upstream, 0.8, torch.bfloat16)
         _, exact_weight = exact_gradients(hidden, weight, targets, upstream, 0.8)
