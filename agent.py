@@ -23,12 +23,8 @@ Choices where the official code differs or is silent (METHOD.md 13.3):
   unhinted), where the official code seeds only hinted plays. `seeds=None` resets without a seed.
 - hinted plays run exactly the loop of unhinted plays (the official re-tokenises them and skips the
   EOS and context checks); only the first observation differs.
-- an empty or blank `\\boxed{ }` counts as no box (the model often echoes the instruction's
-  `\\boxed{}`): the first simple box with something in it wins.
-- thinking models (METHOD.md 4.2): the chat template's default thinking mode is kept, and the action
-  is parsed from the text after the last `</think>` (the whole reply when there is none): the box
-  or raw reply of a game, the `<answer>` or tool calls of tool use, and the text given to step().
-  The tokens and the transcript keep the whole reply, thinking included.
+- reading the action from a reply (boxes, thinking text, tool calls): see actions.py. The tokens
+  and the transcript keep the whole reply, thinking included.
 - a SandboxError anywhere (load, reset, step, tool call) ends that episode with reward -1, status
   "error" and the reason; the tokens up to that point are kept. `failed` marks the FAILED plays
   that spade.py drops (METHOD.md 3.3): every such error except step() itself raising or breaking
@@ -43,9 +39,7 @@ filter (a function of `status`, applied by spade.py).
 """
 import dataclasses
 import hashlib
-import json
 import os
-import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +48,7 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 import sandbox
+from actions import after_thinking, game_action, parse_tool_turn
 
 # The first message of a game (METHOD.md 4.1): a framing sentence, the observation, the instruction.
 GAME_FRAMING = "You are playing a language game: make valid actions, one per turn, to win."
@@ -100,131 +95,6 @@ def play_seeds(env_id, n, salt=0):
 def game_prompt(observation):
     """The first user message of a game: framing, `Observation: ...`, instruction (METHOD.md 4.1)."""
     return f"{GAME_FRAMING}\nObservation: {observation}\n{GAME_INSTRUCTION}"
-
-
-# ---- parsing (pure functions) -------------------------------------------------------------------
-
-# The simple forms \boxed{x}, \boxed{{x}}, \boxed{{{x}}} with no braces inside x (widest form first).
-_SIMPLE_BOXED = re.compile(r"\\boxed(?:\{\{\{([^{}]+)\}\}\}|\{\{([^{}]+)\}\}|\{([^{}]+)\})")
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_XML_FUNCTION = re.compile(r"<function=([^>]+)>(.*?)</function>", re.DOTALL)
-_XML_PARAMETER = re.compile(r"<parameter=([^>]+)>(.*?)</parameter>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>.*?</answer>", re.DOTALL)
-_BRACE = re.compile(r"[{}]")
-
-
-def _closing_brace(text, start):
-    """Index of the `}` matching the `{` at text[start], or None if it never closes."""
-    depth = 0
-    for brace in _BRACE.finditer(text, start):   # visits only the braces, not every character
-        depth += 1 if brace.group() == "{" else -1
-        if depth == 0:
-            return brace.start()
-    return None
-
-
-def extract_boxed(text):
-    """The command inside `\\boxed{...}` (METHOD.md 4.1), or None when there is no (non-blank) box.
-
-    The first simple `\\boxed{x}` / `\\boxed{{x}}` / `\\boxed{{{x}}}` whose x is not blank wins;
-    otherwise the brace-balanced content of the LAST `\\boxed{`, with up to two enclosing brace
-    pairs stripped.
-
-    >>> extract_boxed("try \\\\boxed{probe A 5} then \\\\boxed{open}")
-    'probe A 5'
-    >>> extract_boxed("echo \\\\boxed{ } then \\\\boxed{open}")
-    'open'
-    >>> extract_boxed("\\\\boxed{{open}}"), extract_boxed("\\\\boxed{{{{a}, {b}}}}")
-    ('open', '{a}, {b}')
-    >>> extract_boxed("no box"), extract_boxed("\\\\boxed{}")
-    (None, None)
-    """
-    simple = (next(group for group in match.groups() if group is not None)
-              for match in _SIMPLE_BOXED.finditer(text))
-    content = next((group for group in simple if group.strip()), None)
-    if content is None:
-        start = text.rfind("\\boxed{")
-        end = _closing_brace(text, start + len("\\boxed")) if start >= 0 else None
-        if end is None:
-            return None
-        content = text[start + len("\\boxed") + 1:end]
-        for _ in range(2):   # strip a pair only if it encloses everything: "{a}, {b}" keeps its braces
-            if content.startswith("{") and _closing_brace(content, 0) == len(content) - 1:
-                content = content[1:-1]
-    return content.strip() or None
-
-
-def after_thinking(text):
-    """The part of a reply that acts (METHOD.md 4.2): the text after the last `</think>`, if any.
-
-    >>> after_thinking("<think>maybe \\\\boxed{probe A 1}</think>\\nFinal: \\\\boxed{open}")
-    '\\nFinal: \\\\boxed{open}'
-    >>> after_thinking("no thinking here")
-    'no thinking here'
-    """
-    return text.rsplit("</think>", 1)[-1]
-
-
-def game_action(text):
-    """What a game's step() receives: `\\boxed{<content>}`, or the whole stripped reply if unboxed."""
-    content = extract_boxed(text)
-    return f"\\boxed{{{content}}}" if content is not None else text.strip()
-
-
-def _json_or_text(value):
-    try:
-        return json.loads(value)
-    except (ValueError, RecursionError):   # RecursionError: a reply of 100k "[" must not end the run
-        return value
-
-
-def _parse_call(block):
-    """One <tool_call> body as {"name", "arguments"}, XML form first, then JSON; None if malformed."""
-    function = _XML_FUNCTION.search(block)
-    if function:   # <function=name><parameter=k>v</parameter>...</function> (Qwen3-Coder style)
-        arguments = {key.strip(): _json_or_text(value.strip("\n"))
-                     for key, value in _XML_PARAMETER.findall(function.group(2))}
-        return {"name": function.group(1).strip(), "arguments": arguments}
-    call = _json_or_text(block)
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"].strip():
-        return None
-    arguments = call.get("arguments", call.get("parameters", {}))
-    if isinstance(arguments, str):   # some models encode the arguments object as a JSON string
-        arguments = _json_or_text(arguments) if arguments.strip() else {}
-    if arguments is None:
-        arguments = {}
-    return {"name": call["name"].strip(), "arguments": arguments} if isinstance(arguments, dict) else None
-
-
-def parse_tool_calls(text):
-    """Every well-formed `<tool_call>...</tool_call>` block, in order (METHOD.md 4.3).
-
-    >>> parse_tool_calls('<tool_call>{"name": "f", "arguments": "{\\\\"x\\\\": 1}"}</tool_call><|im_end|>')
-    [{'name': 'f', 'arguments': {'x': 1}}]
-    >>> parse_tool_calls("<tool_call><function=f><parameter=x>\\n2\\n</parameter></function></tool_call>")
-    [{'name': 'f', 'arguments': {'x': 2}}]
-    """
-    text = text.rstrip()
-    if text.endswith("<|im_end|>"):
-        text = text[:-len("<|im_end|>")]
-    calls = (_parse_call(block.strip()) for block in _TOOL_CALL.findall(text))
-    return [call for call in calls if call is not None]
-
-
-def parse_tool_turn(text):
-    """What a tool-use reply does: ("answer", []) -- an <answer> wins over tool calls in the same
-    reply --, ("tool_calls", calls), ("malformed", []) when <tool_call> text parses to nothing, or
-    ("plain", []). Answers, malformed and plain replies all go to env.step(reply).
-
-    >>> parse_tool_turn('<tool_call>{"name": "f"}</tool_call><answer>done</answer>')
-    ('answer', [])
-    """
-    if _ANSWER.search(text):
-        return "answer", []
-    calls = parse_tool_calls(text)
-    if calls:
-        return "tool_calls", calls
-    return ("malformed" if "<tool_call>" in text else "plain"), []
 
 
 # ---- one episode's environment side (runs in the thread pool) ----------------------------------

@@ -1,7 +1,7 @@
 """Checkpoints: what spade.py writes every --save-every steps and reads back on --resume.
 
 A checkpoint `ckpt-NNNNN/` holds the model and tokenizer in Hugging Face format (`model/`), the
-optimizer state (`optimizer.pt`), the loop state and the RNGs of Python, torch and the corpus sampler
+optimizer state (`optimizer-rank<r>.pt`), the loop state and the RNGs of Python, torch and the corpus sampler
 (`state.pt`) and the environment memory (`env_memory.json`). It is written to a hidden directory and
 renamed into place, and the `latest` pointer (with the config) is replaced atomically, so a kill never
 leaves half of one; the last two are kept.
@@ -10,8 +10,8 @@ Under torchrun (FSDP2) the model weights and the Adam moments are per-rank shard
 gathered whole onto rank 0 (a collective, so every rank calls `save_checkpoint`). The optimizer
 state is written by each rank as it holds it (`optimizer-rank<r>.pt`), and each rank reads its own
 file back, so a resumed run needs the same number of processes. Gathering it instead fails with
-torchao's 8-bit AdamW: its quantized states cannot be padded to even shards (a test). Not here: the
-KL reference, which is never saved (spade.py rebuilds it from the initial model).
+torchao's 8-bit AdamW: its quantized states cannot be padded to even shards (a test). The KL
+reference is never saved: `kl_reference` rebuilds it from the initial model.
 """
 import dataclasses
 import json
@@ -99,3 +99,16 @@ def load_optimizer(optimizer, directory, rank):
         raise SystemExit(f"spade.py: {directory} holds the optimizer shards of {saved} processes; "
                          f"resume it with {saved}, not {world}")
     optimizer.load_state_dict(torch.load(directory / f"optimizer-rank{rank}.pt", weights_only=False))
+
+
+def kl_reference(cfg, model, resumed):
+    """The frozen initial model of the KL term (METHOD 7.2), or None when kl_coef is 0. A resumed
+    policy holds trained weights, so the reference is then loaded from cfg.model (the saved config
+    keeps the initial name). Built before `shard_model`, and sharded the same way by the caller."""
+    import engine
+    import grpo
+    if not cfg.kl_coef:
+        return None
+    if not resumed:
+        return grpo.frozen_copy(model)
+    return engine.load_model(cfg.model)[0].eval().requires_grad_(False)   # already a copy of its own

@@ -1,9 +1,9 @@
-"""The Environment Designer: grounding corpus, environment memory, designer prompts, design(), hints.
+"""The Environment Designer: environment memory, designer prompts, design(), hints (corpus: corpus.py).
 
 The designer is the shared policy in its second role: it reads a prompt (a skill, a difficulty, a
 corpus document and a few past environments from memory) and writes a whole environment as Python.
 
-    corpus = load_corpus("docs.jsonl", max_words=6000)        # or builtin_corpus(): stdlib docs
+    corpus = load_corpus("docs.jsonl", max_words=6000)        # corpus.py; or builtin_corpus(): stdlib docs
     memory = EnvMemory("runs/x/env_memory.json")              # loads the file if it exists
     if not memory.records: memory.seed_from(load_pool("envs"))
     slots = slots_for_epoch(list(GAME_SKILLS), epoch=0, k=3, num_envs=24)
@@ -11,14 +11,14 @@ corpus document and a few past environments from memory) and writes a whole envi
                                   setting="games", params=params, rng=rng, rollout_id=0)
     hints = write_hints(engine, tokenizer, envs, "games", hint_params)   # T 0.3, top_p 0.9
 
-Sources in METHOD.md: corpus 9; memory 8 and 2.2; prompts 1.2, 1.3, 2 (texts and per-skill ideas in
+Sources in METHOD.md: memory 8 and 2.2; prompts 1.2, 1.3, 2 (texts and per-skill ideas in
 prompts.py, our own words); skill schedule 2.2; up to 5 validated attempts per slot, each with a fresh
 document and memory sample, failures never trained 3.1 and 3.4; the sample = prompt tokens (mask 0) +
 response tokens (mask 1, their log-probs) 2.3; hints (mode "self") 5.
 
 Where we differ from the official code (METHOD.md 13.3 and around it):
-- No global `random`: ideas, tool-use domain/variant and memory samples use the caller's `rng`; the
-  corpus keeps its own `random.Random(seed)` (42, as officially).
+- No global `random`: ideas, tool-use domain/variant and memory samples use the caller's `rng`
+  (corpus.py keeps its own).
 - The no-corpus prompt asks for a private `random.Random(seed)`, not `random.seed(seed)` (13.3).
 - Designer and hint prompts use `enable_thinking=False` in every setting, which is what the paper's
   corpus runs effectively did (2.1); templates without the switch ignore it.
@@ -32,8 +32,6 @@ Where we differ from the official code (METHOD.md 13.3 and around it):
 Not done here: the LLM solvability audit of tool-use environments (3.1 step 4), repair turns and the
 self-judge (off in the paper's launchers), top-up generation for missing slots.
 """
-import importlib
-import inspect
 import json
 import os
 import random
@@ -51,109 +49,6 @@ from sandbox import validate_env
 
 SETTINGS = ("games", "tool_use")
 SNIPPET_CHARS = 2000                  # METHOD 8: memory keeps the first 2000 characters of the code
-BUILTIN_MODULES = ("math cmath statistics fractions decimal heapq bisect graphlib itertools functools "
-                   "operator random collections string textwrap difflib calendar datetime re json "
-                   "array queue sched zlib").split()
-
-
-# --- Corpus (METHOD 9) ---------------------------------------------------------------------------
-
-def truncate_words(text: str, max_words: int) -> str:
-    """Keep the first `max_words` whitespace-separated words (joined by single spaces) and mark it.
-
-    >>> truncate_words("a  b\\nc d", 3)
-    'a b c\\n[Document truncated at ~3 words]'
-    >>> truncate_words("a  b", 3)              # short documents are kept verbatim
-    'a  b'
-    """
-    words = text.split()
-    if len(words) <= max_words:
-        return text
-    return " ".join(words[:max_words]) + f"\n[Document truncated at ~{max_words} words]"
-
-
-@dataclass
-class Corpus:
-    """Grounding documents and the seeded sampler that draws one per designer attempt. `rng` is
-    public so that a checkpoint can save its state and a resumed run go on with the next document."""
-    docs: list[str]
-    doc_ids: list[str]
-    seed: int = 42
-    num_skipped: int = 0                  # lines of the file that were blank, not JSON or had no text
-
-    def __post_init__(self):
-        assert self.docs and len(self.docs) == len(self.doc_ids), "a corpus needs documents and ids"
-        self.rng = random.Random(self.seed)
-
-    def sample(self) -> tuple[str, str]:
-        """(doc_id, text) drawn uniformly; independent draws, i.e. with replacement across calls."""
-        i = self.rng.randrange(len(self.docs))
-        return self.doc_ids[i], self.docs[i]
-
-
-def _corpus_record(line: str) -> dict | None:
-    """The JSON object of a corpus line with a non-empty `orig_doc` (preferred) or `text`, or None."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(record, dict):
-        return None
-    text = record.get("orig_doc") or record.get("text")
-    return record if isinstance(text, str) and text.strip() else None
-
-
-def load_corpus(path, max_words: int, *, seed: int = 42) -> Corpus:
-    """Documents of a JSONL file (`orig_doc` or `text`; other keys are metadata never shown), each
-    truncated to `max_words` words (6000 games, 4000 tool use). Bad lines are skipped and counted."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file not found: {path} (expected JSONL with 'orig_doc' or 'text')")
-    docs, doc_ids, skipped = [], [], 0
-    with open(path, encoding="utf-8", errors="replace") as lines:     # streamed: corpora can be large
-        for line_number, line in enumerate(lines, 1):
-            record = _corpus_record(line)
-            if record is None:
-                skipped += 1
-                continue
-            docs.append(truncate_words(record.get("orig_doc") or record["text"], max_words))
-            doc_ids.append(str(record.get("id") or record.get("doc_id") or f"{path.stem}:{line_number}"))
-    if not docs:
-        raise ValueError(f"corpus {path} has no usable documents ({skipped} lines skipped: blank, "
-                         "not a JSON object, or without a non-empty 'orig_doc'/'text')")
-    print(f"corpus: {len(docs)} documents from {path} ({skipped} lines skipped)")
-    return Corpus(docs, doc_ids, seed, skipped)
-
-
-def _module_text(module) -> str:
-    """The module's docstring and those of its public functions and classes (like `help()`, minus
-    file paths)."""
-    parts = [f"Python module `{module.__name__}`\n\n{inspect.getdoc(module) or ''}"]
-    names = getattr(module, "__all__", None) or sorted(n for n in vars(module) if not n.startswith("_"))
-    for name in names:
-        obj = getattr(module, name, None)
-        if (inspect.isroutine(obj) or inspect.isclass(obj)) and inspect.getdoc(obj):
-            try:
-                signature = str(inspect.signature(obj))
-            except (TypeError, ValueError):   # many builtins have none
-                signature = ""
-            parts.append(f"{name}{signature}\n    {inspect.getdoc(obj)}")
-    return "\n\n".join(parts)
-
-
-def builtin_corpus(max_words: int = 6000, *, seed: int = 42) -> Corpus:
-    """A corpus made at start-up from the installed standard library's documentation: one document
-    per module of BUILTIN_MODULES (no download). Modules missing from this Python are left out."""
-    docs, doc_ids = [], []
-    for name in BUILTIN_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        docs.append(truncate_words(_module_text(module), max_words))
-        doc_ids.append(f"stdlib:{name}")
-    print(f"corpus: {len(docs)} built-in documents (standard-library module documentation)")
-    return Corpus(docs, doc_ids, seed)
 
 
 # --- Environment memory (METHOD 8) ---------------------------------------------------------------

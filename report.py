@@ -14,6 +14,7 @@ import dataclasses
 import html
 import json
 import sys
+import time
 from pathlib import Path
 
 CURVES = [("agent/reward", "agent reward (mean episode return)"),
@@ -81,6 +82,20 @@ class Log:
         values = list(scores.values())
         return {"designer/regret": sum(v["regret"] for v in values) / len(values),
                 "designer/env_lines": sum(len(e.code.splitlines()) for e in epoch["envs"]) / len(epoch["envs"])}
+
+
+def step_metrics(played, episodes, rewards, update, play_stats, times, start):
+    """One step's line of metrics.jsonl (the README's metric table): `played` are all the agent's
+    plays, `episodes` the scored ones (FAILED plays dropped), `rewards` theirs per environment."""
+    win_rates = [sum(r > 0 for r in rs) / len(rs) for rs in rewards.values() if rs]
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "agent/reward": sum(e.reward for e in episodes) / max(1, len(episodes)),
+            "agent/error_rate": sum(e.status == "error" for e in played) / max(1, len(played)),
+            "agent/failed_rate": sum(e.failed for e in played) / max(1, len(played)),
+            "agent/band_share": sum(0.2 <= w <= 0.8 for w in win_rates) / max(1, len(win_rates)),
+            "tokens_per_s": play_stats.get("num_generated_tokens", 0) / max(1e-9, times.get("play", 0.0)),
+            **{f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))},
+            **{f"time/{k}": v for k, v in times.items()}}
 
 
 def read_run(run_dir):

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import designer_rewards   # pure reward math (no torch): safe to import before argument parsing
 import regret
-from checkpoint import latest_checkpoint, restore, save_checkpoint
+from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
 
 ROOT = Path(__file__).resolve().parent
 
@@ -174,6 +174,7 @@ def main(argv=None):
         os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
     import torch
     import agent, designer, engine, grpo, report
+    from corpus import builtin_corpus, load_corpus
     from envs import load_pool
     rank, world = setup_distributed()
     run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out) / cfg.run
@@ -207,7 +208,7 @@ def main(argv=None):
     words = cfg.corpus_max_words
     try:
         corpus = None if cfg.no_corpus or cfg.pool else (
-            designer.load_corpus(cfg.corpus, words, seed=42) if cfg.corpus else designer.builtin_corpus(words, seed=42))
+            load_corpus(cfg.corpus, words, seed=42) if cfg.corpus else builtin_corpus(words, seed=42))
     except (OSError, ValueError) as e:                  # a missing or empty corpus
         raise SystemExit(f"spade.py: {e}")
     memory = None if cfg.no_memory or cfg.pool else designer.EnvMemory(run_dir / "env_memory.json")
@@ -298,7 +299,7 @@ def main(argv=None):
             grpo.push_weights(model, gen)
         # 6. Log one line; save a checkpoint every N steps, at the end, and on Ctrl-C.
         state["step"] = step + 1
-        metrics.update(step_metrics(played, episodes, rewards, update, play_stats, times, start))
+        metrics.update(report.step_metrics(played, episodes, rewards, update, play_stats, times, start))
         log.step(metrics)
         if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stop.is_set():
             save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, corpus, state, rank)
@@ -354,19 +355,6 @@ def trained_agent_samples(episodes, compact_filter):
             if any(e.loss_mask) and not (compact_filter and e.status == "truncated")]
 
 
-def kl_reference(cfg, model, resumed):
-    """The frozen initial model of the KL term (METHOD 7.2), or None when kl_coef is 0. A resumed
-    policy holds trained weights, so the reference is then loaded from cfg.model (the saved config
-    keeps the initial name). Built before `shard_model`, and sharded the same way by the caller."""
-    import engine
-    import grpo
-    if not cfg.kl_coef:
-        return None
-    if not resumed:
-        return grpo.frozen_copy(model)
-    return engine.load_model(cfg.model)[0].eval().requires_grad_(False)   # already a copy of its own
-
-
 def remember_new_envs(epoch, rewards, episodes, memory, log, step):
     """Memory records each new environment with its win rate and raw regret at the regen step
     (METHOD 8); the step's samples are dumped for people. Returns the dump's metrics."""
@@ -411,18 +399,6 @@ def next_from_pool(pool, state, n):
             state["pool_rng"].shuffle(state["order"])
         chosen.append(pool[state["order"].pop()])
     return chosen
-
-
-def step_metrics(played, episodes, rewards, update, play_stats, times, start):
-    win_rates = [sum(r > 0 for r in rs) / len(rs) for rs in rewards.values() if rs]
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "agent/reward": sum(e.reward for e in episodes) / max(1, len(episodes)),
-            "agent/error_rate": sum(e.status == "error" for e in played) / max(1, len(played)),
-            "agent/failed_rate": sum(e.failed for e in played) / max(1, len(played)),
-            "agent/band_share": sum(0.2 <= w <= 0.8 for w in win_rates) / max(1, len(win_rates)),
-            "tokens_per_s": play_stats.get("num_generated_tokens", 0) / max(1e-9, times.get("play", 0.0)),
-            **{f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))},
-            **{f"time/{k}": v for k, v in times.items()}}
 
 
 class timer:

@@ -6,6 +6,7 @@ and real models (the random `tiny` one here, SmolLM2-135M in the slow test), whi
 plumbing runs and the invariants hold, not that they win. Environments are the two examples of
 METHOD.md 1.4 (shared/examples beside the repository, as in test_sandbox.py).
 """
+import doctest
 import pathlib
 import re
 import pytest
@@ -13,15 +14,20 @@ import torch
 
 import engine
 import sandbox
+import actions
 from envs import Environment
-from agent import (GAME_FRAMING, TOOL_CALL_REMINDER, after_thinking, extract_boxed, game_action, game_prompt,
-                   parse_tool_calls, parse_tool_turn, play, play_seeds)
+from actions import after_thinking, extract_boxed, game_action, parse_tool_calls, parse_tool_turn
+from agent import GAME_FRAMING, TOOL_CALL_REMINDER, game_prompt, play, play_seeds
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "examples"
 PARAMS = engine.SamplingParams(temperature=1.0)
 
 
 # ---- \boxed{} extraction (METHOD.md 4.1)
+
+def test_docstring_examples_of_actions():
+    assert doctest.testmod(actions).failed == 0
+
 
 @pytest.mark.parametrize("text, expected", [
     ("\\boxed{probe A 5}", "probe A 5"),

@@ -14,8 +14,8 @@ import pytest
 import designer
 import engine
 import prompts
-from designer import (Corpus, EnvMemory, builtin_corpus, design, load_corpus, render_memory,
-                      skills_for_epoch, slots_for_epoch, truncate_words, write_hints)
+from corpus import Corpus, builtin_corpus, load_corpus, truncate_words
+from designer import EnvMemory, design, render_memory, skills_for_epoch, slots_for_epoch, write_hints
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment
 
 MATH, LOGIC, SPATIAL = "Mathematical Reasoning", "Logical Deduction", "Spatial Reasoning"

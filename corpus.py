@@ -1,0 +1,118 @@
+"""The grounding corpus (METHOD.md 9): documents the designer writes an environment about.
+
+    corpus = load_corpus("docs.jsonl", max_words=6000)   # JSONL with `orig_doc` or `text`
+    corpus = builtin_corpus(6000)                        # or: the installed stdlib's documentation
+    doc_id, text = corpus.sample()                       # one fresh document per designer attempt
+
+Each document is truncated to a number of words (6000 games, 4000 tool use). The corpus keeps its
+own `random.Random(seed)` (42, as officially), saved in checkpoints. Bad input: a missing file or a
+corpus without a usable line is one clear error; single bad lines are skipped and counted.
+"""
+import importlib
+import inspect
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+BUILTIN_MODULES = ("math cmath statistics fractions decimal heapq bisect graphlib itertools functools "
+                   "operator random collections string textwrap difflib calendar datetime re json "
+                   "array queue sched zlib").split()
+
+
+def truncate_words(text: str, max_words: int) -> str:
+    """Keep the first `max_words` whitespace-separated words (joined by single spaces) and mark it.
+
+    >>> truncate_words("a  b\\nc d", 3)
+    'a b c\\n[Document truncated at ~3 words]'
+    >>> truncate_words("a  b", 3)              # short documents are kept verbatim
+    'a  b'
+    """
+    words = text.split()
+    if len(words) <= max_words:
+        return text
+    return " ".join(words[:max_words]) + f"\n[Document truncated at ~{max_words} words]"
+
+
+@dataclass
+class Corpus:
+    """Grounding documents and the seeded sampler that draws one per designer attempt. `rng` is
+    public so that a checkpoint can save its state and a resumed run go on with the next document."""
+    docs: list[str]
+    doc_ids: list[str]
+    seed: int = 42
+    num_skipped: int = 0                  # lines of the file that were blank, not JSON or had no text
+
+    def __post_init__(self):
+        assert self.docs and len(self.docs) == len(self.doc_ids), "a corpus needs documents and ids"
+        self.rng = random.Random(self.seed)
+
+    def sample(self) -> tuple[str, str]:
+        """(doc_id, text) drawn uniformly; independent draws, i.e. with replacement across calls."""
+        i = self.rng.randrange(len(self.docs))
+        return self.doc_ids[i], self.docs[i]
+
+
+def _corpus_record(line: str) -> dict | None:
+    """The JSON object of a corpus line with a non-empty `orig_doc` (preferred) or `text`, or None."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    text = record.get("orig_doc") or record.get("text")
+    return record if isinstance(text, str) and text.strip() else None
+
+
+def load_corpus(path, max_words: int, *, seed: int = 42) -> Corpus:
+    """Documents of a JSONL file (`orig_doc` or `text`; other keys are metadata never shown), each
+    truncated to `max_words` words (6000 games, 4000 tool use). Bad lines are skipped and counted."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file not found: {path} (expected JSONL with 'orig_doc' or 'text')")
+    docs, doc_ids, skipped = [], [], 0
+    with open(path, encoding="utf-8", errors="replace") as lines:     # streamed: corpora can be large
+        for line_number, line in enumerate(lines, 1):
+            record = _corpus_record(line)
+            if record is None:
+                skipped += 1
+                continue
+            docs.append(truncate_words(record.get("orig_doc") or record["text"], max_words))
+            doc_ids.append(str(record.get("id") or record.get("doc_id") or f"{path.stem}:{line_number}"))
+    if not docs:
+        raise ValueError(f"corpus {path} has no usable documents ({skipped} lines skipped: blank, "
+                         "not a JSON object, or without a non-empty 'orig_doc'/'text')")
+    print(f"corpus: {len(docs)} documents from {path} ({skipped} lines skipped)")
+    return Corpus(docs, doc_ids, seed, skipped)
+
+
+def _module_text(module) -> str:
+    """The module's docstring and those of its public functions and classes (like `help()`, minus
+    file paths)."""
+    parts = [f"Python module `{module.__name__}`\n\n{inspect.getdoc(module) or ''}"]
+    names = getattr(module, "__all__", None) or sorted(n for n in vars(module) if not n.startswith("_"))
+    for name in names:
+        obj = getattr(module, name, None)
+        if (inspect.isroutine(obj) or inspect.isclass(obj)) and inspect.getdoc(obj):
+            try:
+                signature = str(inspect.signature(obj))
+            except (TypeError, ValueError):   # many builtins have none
+                signature = ""
+            parts.append(f"{name}{signature}\n    {inspect.getdoc(obj)}")
+    return "\n\n".join(parts)
+
+
+def builtin_corpus(max_words: int = 6000, *, seed: int = 42) -> Corpus:
+    """A corpus made at start-up from the installed standard library's documentation: one document
+    per module of BUILTIN_MODULES (no download). Modules missing from this Python are left out."""
+    docs, doc_ids = [], []
+    for name in BUILTIN_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        docs.append(truncate_words(_module_text(module), max_words))
+        doc_ids.append(f"stdlib:{name}")
+    print(f"corpus: {len(docs)} built-in documents (standard-library module documentation)")
+    return Corpus(docs, doc_ids, seed)
