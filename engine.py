@@ -109,14 +109,18 @@ class HFEngine:
     `attention.grouped_decode_attention` whatever the trainer uses (restored afterwards). On CUDA
     each decode step of a dense model is captured once per cache shape as a CUDA graph and replayed,
     removing the kernel-launch overhead that dominates decoding (`cuda_graphs=False` turns it off).
+    Whether every row has stopped is asked every `stop_check` steps (8 on CUDA, every step on CPU),
+    since the answer is a host sync that would keep the CPU from queueing the next steps early; rows
+    that stopped keep decoding uncounted in between, so the result is the same.
     MoE models are not graphed unless asked (`cuda_graphs=True`): transformers' grouped_mm experts
-    avoid host syncs, but capture has not run on a GPU yet (tests/test_engine.py tries it there).
+    read nothing back to the host (a CPU test runs the step on fake tensors, dense and MoE), but
+    capture has not run on a GPU yet (tests/test_engine.py tries it there).
     `sleep()`/`wake_up()` are no-ops: the weights are the trainer's own and no KV cache outlives a
     `generate` call.
     """
 
     def __init__(self, model, tokenizer, *, eos_token_ids=None, cache_chunk=256, prefill_tokens=8192,
-                 cuda_graphs=None, progress=False):
+                 cuda_graphs=None, stop_check=None, progress=False):
         self.model, self.tokenizer = model, tokenizer
         self.eos_token_ids = set(eos_token_ids or default_eos_token_ids(model, tokenizer))
         layer_types = set(getattr(model.config, "layer_types", None) or ["full_attention"])
@@ -128,6 +132,7 @@ class HFEngine:
         graphable = on_cuda and not sharded and not hasattr(model.config, "num_experts")
         self.cuda_graphs = graphable if cuda_graphs is None else cuda_graphs
         assert on_cuda or not self.cuda_graphs, "CUDA graphs need the model on CUDA"
+        self.stop_check = stop_check or (8 if on_cuda else 1)
 
     def sleep(self):
         pass
@@ -183,11 +188,13 @@ class HFEngine:
             hit = ~done & torch.isin(tokens, eos)
             stopped[rows] |= hit
             done |= hit
-            if t + 1 == n or bool(done.all()):
+            if t + 1 == n or ((t + 1) % self.stop_check == 0 and bool(done.all())):
                 break
             column = L + t  # where the token just sampled goes in the cache
             if column == capacity:  # full: one chunk wider, without the rows that stopped
                 keep = (~done).nonzero().squeeze(1)
+                if len(keep) == 0:  # all stopped since the last stop check
+                    break
                 capacity = _aligned(min(capacity + chunk, L + n))
                 cache, mask = self._regrow(cache, mask, keep, capacity, column)
                 rows, tokens, lengths, done = rows[keep], tokens[keep], lengths[keep], done[keep]

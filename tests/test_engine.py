@@ -123,6 +123,19 @@ def test_greedy_batch_equals_one_by_one_with_early_stops(tiny, prompts):
         assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
 
 
+def test_asking_whether_all_stopped_every_few_steps_changes_nothing(tiny, prompts):
+    model, tokenizer = tiny
+    greedy = SamplingParams(temperature=0, max_new_tokens=24)
+    free = HFEngine(model, tokenizer).generate(prompts, greedy)
+    eos = {c.token_ids[3 + i] for i, c in enumerate(free)}  # every row stops by step 3 + its index
+    every_step = HFEngine(model, tokenizer, eos_token_ids=eos, cache_chunk=4).generate(prompts, greedy)
+    assert all(c.finish_reason == "stop" for c in every_step)
+    # as on CUDA (every 8): here the batch runs on past the last stop until a multiple of 5 steps
+    sparse = HFEngine(model, tokenizer, eos_token_ids=eos, cache_chunk=4, stop_check=5).generate(prompts, greedy)
+    assert [(c.token_ids, c.logprobs, c.finish_reason) for c in sparse] == \
+        [(c.token_ids, c.logprobs, c.finish_reason) for c in every_step]
+
+
 def test_greedy_matches_transformers_generate(tiny, prompts):
     model, tokenizer = tiny
     engine_ = HFEngine(model, tokenizer)
@@ -313,6 +326,40 @@ def test_smollm2_loads_offline_and_generates(monkeypatch):
     assert '<tools>\n{"type": "function", "function": {"name": "lookup"}}\n</tools>' in \
         tokenizer.apply_chat_template(messages, tools=[tool], tokenize=False)
     print(f"smollm2-135m: load + generate {time.time() - start:.1f}s")
+
+
+@pytest.mark.parametrize("name, dtype", [("tiny", torch.float32), ("tiny-moe", torch.bfloat16)])
+def test_decode_step_and_sampling_never_wait_for_the_device(name, dtype):
+    """What a CUDA graph capture forbids, checked on the CPU: no value read back to the host.
+
+    Under a FakeTensorMode, tensors have shapes but no values, so `.item()`, `bool()`, `nonzero()`
+    and `tolist()` raise (checked first). The decode step with its cache, then the sampling, must not.
+    It cannot see host-to-device copies, which capture also forbids: the GPU test does.
+    """
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
+
+    import attention
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        probe = mode.from_tensor(torch.ones(3))
+        for read_back in (lambda: bool(probe.sum() > 0), probe.nonzero, probe.tolist):
+            with pytest.raises((DataDependentOutputException, DynamicOutputShapeException)):
+                read_back()
+    model, tokenizer = load_model(name, device="cpu", dtype=dtype)
+    hf_engine = HFEngine(model, tokenizer)
+    with torch.no_grad(), attention.implementation(model, "decode"):
+        cache, _ = hf_engine._prefill([[1, 2, 3, 4], [5, 6, 7]], 4, 16)
+        step = hf_engine._decode_step(cache, 2, 16)
+        with mode:
+            for layer in cache.layers:
+                layer.keys, layer.values = mode.from_tensor(layer.keys), mode.from_tensor(layer.values)
+                layer.cumulative_length = mode.from_tensor(layer.cumulative_length)
+            tokens, positions = torch.zeros(2, 1, dtype=torch.long), torch.full((2, 1), 4)
+            logits = step(tokens, positions, torch.zeros(2, 1, 1, 16, dtype=dtype))
+            for params in (SamplingParams(temperature=0), SamplingParams(0.6, 0.95, 20), SamplingParams(1.0, 0.9)):
+                sampled, logprobs = engine.sample_next(logits, params)
+                assert sampled.shape == logprobs.shape == (2,)
 
 
 @needs_cuda
