@@ -108,7 +108,8 @@ class HFEngine:
     groups of about `prefill_tokens` tokens. While generating, the model attends with
     `attention.grouped_decode_attention` whatever the trainer uses (restored afterwards). On CUDA
     each decode step of a dense model is captured once per cache shape as a CUDA graph and replayed,
-    removing the kernel-launch overhead that dominates decoding (`cuda_graphs=False` turns it off).
+    removing the kernel-launch overhead that dominates decoding (`cuda_graphs=False` turns it off;
+    a capture that fails prints one WARNING and the engine decodes without graphs from then on).
     Whether every row has stopped is asked every `stop_check` steps (8 on CUDA, every step on CPU),
     since the answer is a host sync that would keep the CPU from queueing the next steps early; rows
     that stopped keep decoding uncounted in between, so the result is the same.
@@ -250,7 +251,14 @@ class HFEngine:
                              past_key_values=cache, use_cache=True)
             return out.logits[:, -1].float()
 
-        return _graphed(step, cache, batch, capacity) if self.cuda_graphs else step
+        if self.cuda_graphs:
+            try:
+                return _graphed(step, cache, batch, capacity)
+            except RuntimeError as error:  # something in the model that capture forbids (a host sync, a copy)
+                print(f"WARNING: CUDA-graph capture of the decode step failed, decoding without graphs from "
+                      f"now on: {str(error).splitlines()[0]}")
+                self.cuda_graphs = False
+        return step
 
 
 def _aligned(columns: int) -> int:
@@ -265,16 +273,18 @@ def _graphed(step, cache, batch, capacity):
               torch.zeros(batch, 1, dtype=torch.long, device=keys.device),
               torch.zeros(batch, 1, 1, capacity, dtype=keys.dtype, device=keys.device))
     written = [layer.cumulative_length.clone() for layer in cache.layers]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # a warm-up outside the graph does the lazy cuBLAS/allocator set-up
-        step(*static)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        logits = step(*static)
-    for layer, length in zip(cache.layers, written):  # the warm-up advanced the write column: undo
-        layer.cumulative_length.copy_(length)
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # a warm-up outside the graph does the lazy cuBLAS/allocator set-up
+            step(*static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = step(*static)
+    finally:  # the warm-up advanced the write column: undo (also when capture failed)
+        for layer, length in zip(cache.layers, written):
+            layer.cumulative_length.copy_(length)
 
     def replay(*inputs):
         for buffer, given in zip(static, inputs):

@@ -11,7 +11,8 @@ of its replies run to the token budget without EOS and end the episode after one
 `turns/ep` column says how much multi-turn play a row really measured); `--quick-stops` makes its
 replies end early so that the per-turn work (template deltas, tool parsing, sandbox steps) is
 measured over several turns. `outside ms/turn` is the cost of everything but `generate` per
-episode-turn, which does not depend on how fast the engine is.
+episode-turn, which does not depend on how fast the engine is. The engine's own decode speed
+against transformers' `model.generate` (the >= 5x target at batch 256) is bench/generate_bench.py.
 """
 import argparse
 import pathlib

@@ -5,6 +5,7 @@ log-probs) and with itself one prompt at a time (batching, padding, cache growth
 when vllm is not installed, sleep/wake and CUDA-graph tests when there is no GPU.
 """
 
+import contextlib
 import dataclasses
 import doctest
 import importlib.util
@@ -360,6 +361,30 @@ def test_decode_step_and_sampling_never_wait_for_the_device(name, dtype):
             for params in (SamplingParams(temperature=0), SamplingParams(0.6, 0.95, 20), SamplingParams(1.0, 0.9)):
                 sampled, logprobs = engine.sample_next(logits, params)
                 assert sampled.shape == logprobs.shape == (2,)
+
+
+def test_a_failed_graph_capture_falls_back_to_eager_decoding(tiny, prompts, monkeypatch, capsys):
+    """Test double for CUDA on the CPU: streams that do nothing and a capture that fails, as capture does
+    on a host sync, after the real warm-up step has run (and moved the cache's write column)."""
+    class NoStream:
+        def wait_stream(self, other):
+            pass
+
+    def failing_capture(graph):
+        raise RuntimeError("operation not permitted when stream is capturing\n(details)")
+
+    for name, value in dict(Stream=NoStream, current_stream=NoStream, stream=lambda s: contextlib.nullcontext(),
+                            CUDAGraph=object, graph=failing_capture).items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    model, tokenizer = tiny
+    params = SamplingParams(temperature=0, max_new_tokens=20)
+    eager = HFEngine(model, tokenizer, cache_chunk=8).generate(prompts, params)
+    hf_engine = HFEngine(model, tokenizer, cache_chunk=8)
+    hf_engine.cuda_graphs = True
+    fell_back = hf_engine.generate(prompts, params)
+    assert [(c.token_ids, c.logprobs) for c in fell_back] == [(c.token_ids, c.logprobs) for c in eager]
+    assert not hf_engine.cuda_graphs
+    assert capsys.readouterr().out.count("WARNING: CUDA-graph capture of the decode step failed") == 1
 
 
 @needs_cuda
