@@ -2,6 +2,7 @@
 
     python bench/logprob_bench.py            # on a CUDA GPU (written for an H200): three shapes, ~1-2 min
     python bench/logprob_bench.py --quick    # small shapes, CPU or GPU: smoke test of the torch paths
+    TRITON_INTERPRET=1 python bench/logprob_bench.py --quick --iters 1   # CPU, the Triton rows too (slow)
 
 Rows per shape (T tokens, H hidden, V vocabulary), all bf16 inputs with fp32 softmax:
   naive        log_softmax((h @ W.T).float()) gathered: T x V logits in bf16 and fp32
@@ -20,6 +21,7 @@ Not measured here: correctness (tests/test_kernels.py does that; sanity lines co
 with the fp32 reference at the first shape, gradients included).
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -153,6 +155,7 @@ def sanity_lines(hidden, weight, targets, upstream):
 
 def bench_shape(T, H, V, iters, device, liger, want_sanity):
     cuda = device.type == "cuda"
+    triton_runs = cuda or os.environ.get("TRITON_INTERPRET") == "1"   # the interpreter: a smoke test on CPU
     gen = torch.Generator(device=device).manual_seed(0)
     hidden = torch.randn(T, H, device=device, generator=gen).to(torch.bfloat16).requires_grad_()
     weight = (torch.randn(V, H, device=device, generator=gen) / H ** 0.5).to(torch.bfloat16).requires_grad_()
@@ -167,12 +170,12 @@ def bench_shape(T, H, V, iters, device, liger, want_sanity):
         "chunked": step_of(chunked),
         "liger": (step_of(liger) if liger else "liger_kernel not installed") if cuda else "needs CUDA",
         "three GEMMs": lambda: three_gemm_step(hidden, weight),
-        "ours": step_of(kernels.fused_linear_logprob) if cuda else "needs CUDA (Triton)",
+        "ours": step_of(kernels.fused_linear_logprob) if triton_runs else "needs CUDA (Triton)",
         # The first tuning experiment of bench/NOTES.md, measured in the same run: wider tiles.
-        "ours 128x256": step_of(wide_tiles) if cuda else "needs CUDA (Triton)",
-        "sweep": (lambda: sweep_step(hidden, weight, targets, upstream)) if cuda else "needs CUDA (Triton)",
+        "ours 128x256": step_of(wide_tiles) if triton_runs else "needs CUDA (Triton)",
+        "sweep": (lambda: sweep_step(hidden, weight, targets, upstream)) if triton_runs else "needs CUDA (Triton)",
         "sweep C=256": (lambda: sweep_step(hidden, weight, targets, upstream, sweep.Sweep(chunk_tokens=256)))
-                       if cuda else "needs CUDA (Triton)",
+                       if triton_runs else "needs CUDA (Triton)",
     }
     results = {}
     for name, make_step in rows.items():
@@ -188,7 +191,7 @@ def bench_shape(T, H, V, iters, device, liger, want_sanity):
         hidden.grad = weight.grad = None
         if cuda:
             torch.cuda.empty_cache()
-    sanity = sanity_lines(hidden, weight, targets, upstream) if want_sanity and cuda else None
+    sanity = sanity_lines(hidden, weight, targets, upstream) if want_sanity and triton_runs else None
     return results, (T * H + V * H) * 2, sanity
 
 

@@ -363,6 +363,18 @@ def test_decode_step_and_sampling_never_wait_for_the_device(name, dtype):
                 assert sampled.shape == logprobs.shape == (2,)
 
 
+def test_generate_bench_measures_both_paths(tiny, capsys):
+    """bench/generate_bench.py's measurement on the tiny model: both paths spend the whole token budget
+    and give a finite ratio (a path that raised would print "failed" and give nan)."""
+    import math
+    from bench import generate_bench
+
+    model, tokenizer = tiny
+    row = generate_bench.measure(model, tokenizer, batch=3, prompt_len=8, new_tokens=12)
+    assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
+    assert "failed" not in capsys.readouterr().out
+
+
 def test_a_failed_graph_capture_falls_back_to_eager_decoding(tiny, prompts, monkeypatch, capsys):
     """Test double for CUDA on the CPU: streams that do nothing and a capture that fails, as capture does
     on a host sync, after the real warm-up step has run (and moved the cache's write column)."""

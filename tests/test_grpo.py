@@ -261,6 +261,21 @@ def test_one_step_changes_every_parameter():
     assert stats["num_samples"] == 4 and stats["num_tokens"] > stats["num_loss_tokens"] > 0
 
 
+def test_update_bench_runs_its_three_paths(capsys):
+    """bench/update_bench.py on the tiny model (its --quick run): naive, ours and ours-lp each update,
+    and the table and ratio lines print, so a GPU session does not spend its minutes on a broken bench."""
+    import argparse
+    from bench import update_bench
+
+    args = argparse.Namespace(tokens=256, min_len=16, max_len=64, micro_token_budget=128, iters=1)
+    rows = update_bench.bench_model("tiny", args, "cpu", cuda=False)
+    assert [r[1] for r in rows] == ["naive", "ours", "ours-lp"]
+    assert all(r[2] > 0 and r[3] > 0 and r[6] >= 2 for r in rows), rows   # seconds, tokens/s, micro-batches
+    update_bench.print_table(rows)
+    out = capsys.readouterr().out
+    assert "tiny ours: /naive tokens/s" in out and "tiny ours-lp: /naive tokens/s" in out and "no ratio" not in out
+
+
 def test_kl_to_a_frozen_reference():
     model = tiny_model()
     reference = grpo.frozen_copy(model)

@@ -264,3 +264,20 @@ def test_default_tiles_compile_for_hopper_pipelined_without_spills():
             assert r["barriers"] >= 1, r
         assert r["spill_bytes"] == 0 and r["registers"] <= 255, (name, r)
         assert r["shared_bytes"] <= 227 * 1024, (name, r)
+
+
+@runs_triton
+def test_logprob_bench_runs_every_row_and_its_sanity_lines():
+    """bench/logprob_bench.py's own rows (the kernels as the H200 run calls them), at a tiny shape: each
+    one runs (a row that raised shows as a "failed: ..." string) and the sanity lines parse, so a GPU
+    session does not spend its minutes on a broken bench."""
+    from bench import logprob_bench
+
+    results, _, sanity = logprob_bench.bench_shape(64, 32, 300, 1, torch.device(DEVICE), None, True)
+    for name in ("naive", "chunked", "three GEMMs", "ours", "ours 128x256", "sweep", "sweep C=256"):
+        assert isinstance(results[name], tuple), (name, results[name])
+    lines = sanity.splitlines()
+    assert [line.split(" vs ")[0] for line in lines] == ["sanity: ours", "sanity: sweep"]
+    for line in lines:   # bf16 inputs against the fp32 reference: errors of bf16 rounding, no more
+        errors = [float(word.rstrip(",")) for word in line.split() if "e-" in word]
+        assert len(errors) == 3 and max(errors) < 1e-2, line
