@@ -193,7 +193,7 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
     vocabulary (three GEMMs, not four). Returns (loss, stats) as grpo_loss does, with the same values."""
     import sweep  # lazily, as kernels: Triton is only needed on CUDA
     hidden, targets, weight = _final_hidden(model, batch)
-    # Which predicting position scores each (sample, token): its flat index + 1 through _per_sample, 0 = none.
+    # Which predicting position scores each (sample, token): its flat index + 1 through packing.per_sample, 0 = none.
     index = torch.arange(1, targets.numel() + 1, device=targets.device, dtype=torch.float64)
     where = packing.per_sample(index, batch).long() - 1
     scored = where >= 0

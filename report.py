@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import regret
+
 CURVES = [("agent/reward", "agent reward (mean episode return)"),
           ("designer/regret", "hint regret (R_hint - R_nohint, new envs)"),
           ("designer/valid_rate", "designer validity (valid / slots)"),
@@ -87,7 +89,7 @@ class Log:
 def step_metrics(played, episodes, rewards, update, play_stats, times, start):
     """One step's line of metrics.jsonl (the README's metric table): `played` are all the agent's
     plays, `episodes` the scored ones (FAILED plays dropped), `rewards` theirs per environment."""
-    win_rates = [sum(r > 0 for r in rs) / len(rs) for rs in rewards.values() if rs]
+    win_rates = [regret.win_rate(rs) for rs in rewards.values() if rs]
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "agent/reward": sum(e.reward for e in episodes) / max(1, len(episodes)),
             "agent/error_rate": sum(e.status == "error" for e in played) / max(1, len(played)),

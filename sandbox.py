@@ -19,7 +19,7 @@ fork one child; the child isolates itself and serves requests over a socket pair
 framing (4-byte length + JSON; JSON, never pickle, because the parent must not unpickle what
 untrusted code wrote). Forking a warm interpreter costs milliseconds, not the ~50 ms of a new one.
 
-What each child gets (protected against):
+What each child gets (protected against; confine.py sets up the namespaces, limits and uid):
 - a hard per-call deadline enforced by the parent: past it, the process group is SIGKILLed;
 - RLIMIT_AS = the zygote's address space (numpy included, ~140+ MB) + memory_mb; RLIMIT_CPU set
   before every call to the CPU time used + the deadline + 1 s (so the parent's deadline fires
@@ -31,7 +31,7 @@ What each child gets (protected against):
 - no network: when the kernel allows (root, or unprivileged user namespaces), the zygote enters a
   new network namespace with no interfaces, so even 127.0.0.1 is unreachable; otherwise a refusing
   socket layer is installed in the child (which determined code can bypass via `_socket`).
-  `ISOLATION` says which one is active;
+  `isolation()` says which one is active;
 - a private mount namespace where the kernel allows it, with a fresh tmpfs on /tmp and /dev/shm,
   so nothing written there reaches the host; a fresh working directory per child, removed when it
   is reaped; everything else outside it is writable only where the unprivileged uid could already
@@ -54,7 +54,6 @@ Every failure raises SandboxError with .kind in {"load", "contract", "timeout", 
 False. The agent turns it into an episode reward of -1 (METHOD.md 1.1); nothing here hides it.
 """
 import ast
-import ctypes
 import itertools
 import json
 import os
@@ -70,6 +69,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from confine import confine_child, isolate_zygote
 from contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, ContractError, ToolUseBaseEnv,  # noqa: F401
                       construct, describe, extract_code, gate, load_env_class, play_reset, play_step,
                       repair_braces)
@@ -173,65 +173,11 @@ def _recv(sock, deadline, limit=MAX_REPLY_BYTES + 4096):
 # ---------------------------------------------------------------------------------------------
 # The zygote: a warm interpreter that forks one isolated child per sandbox.
 # ---------------------------------------------------------------------------------------------
-_libc = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-PR_SET_PDEATHSIG, MS_REC, MS_PRIVATE = 1, 16384, 1 << 18
-
-
-def _isolate_zygote():
-    """Enter new network (and mount) namespaces where the kernel allows; return what we got."""
-    if os.getuid() == 0 and _libc.unshare(CLONE_NEWNET | CLONE_NEWNS) == 0:
-        _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None)
-        for path in (b"/tmp", b"/dev/shm"):
-            _libc.mount(b"tmpfs", path, b"tmpfs", 0, b"size=256m,mode=1777")
-        return "network+mount namespaces"
-    if os.getuid() != 0 and _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
-        return "network namespace (user namespace)"
-    return "socket layer"
-
-
-def _refuse_sockets():
-    """The fallback when no network namespace could be made: connecting and binding refuse."""
-    def refuse(*args, **kwargs):
-        raise PermissionError("network access is disabled in the sandbox")
-    for name in ("connect", "connect_ex", "bind", "sendto"):
-        setattr(socket.socket, name, refuse)
-    socket.create_connection = socket.getaddrinfo = refuse
-
-
-def _child_setup(sock, uid, memory_mb, workdir, isolation):
-    """In the freshly forked child, as root: limits, identity, directory, then drop privileges."""
-    import resource
-    os.setsid()
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.close(devnull)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
-    vm_bytes = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    limits = {resource.RLIMIT_AS: vm_bytes + memory_mb * 2**20, resource.RLIMIT_FSIZE: 16 * 2**20,
-              resource.RLIMIT_NOFILE: 64, resource.RLIMIT_NPROC: 0, resource.RLIMIT_CORE: 0}
-    for limit, value in limits.items():
-        resource.setrlimit(limit, (value, value))
-    resource.setrlimit(resource.RLIMIT_CPU, (3600, 3600))
-    if os.getuid() == 0:
-        os.chown(workdir, uid, uid)
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)    # dies with the zygote (after setuid: it resets)
-    os.chdir(workdir)
-    os.environ.clear()
-    os.environ.update(PATH="/usr/bin:/bin", HOME=workdir, TMPDIR=workdir)
-    if isolation == "socket layer":
-        _refuse_sockets()
-
-
 def _zygote_main(control_fd):
     """Serve spawn/reap requests from the trainer until its socket closes."""
     for name in PRELOAD:
         __import__(name)
-    isolation = _isolate_zygote()
+    isolation = isolate_zygote()
     control = socket.socket(fileno=control_fd)
     children = {}                                     # pid -> working directory
     control.send(json.dumps({"isolation": isolation}).encode())
@@ -252,7 +198,7 @@ def _zygote_main(control_fd):
                 control.close()
                 child = socket.socket(fileno=fds[0])
                 try:
-                    _child_setup(child, request["uid"], request["memory_mb"], workdir, isolation)
+                    confine_child(request["uid"], request["memory_mb"], workdir, isolation)
                     _serve(child, request["max_turns"])
                 finally:
                     os._exit(70)

@@ -364,7 +364,7 @@ def remember_new_envs(epoch, rewards, episodes, memory, log, step):
         raw = designer_rewards.EnvOutcome(env.skill, [step0], epoch["hinted"].get(env.env_id, [])).regret
         scores[env.env_id] = dict(win_rate=regret.win_rate(step0), regret=raw)
         if memory is not None:
-            memory.add(env.env_id, env.skill, env.code, regret.win_rate(step0), raw, step)
+            memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], raw, step)
     if memory is not None:
         memory.save()
     metrics = log.samples(step, epoch, episodes, scores)
