@@ -7,10 +7,10 @@ them to each generated turn.
 Choices where the official code differs or is silent (METHOD.md 13.3):
 - an empty or blank `\\boxed{ }` counts as no box (the model often echoes the instruction's
   `\\boxed{}`): the first simple box with something in it wins.
-- thinking models (METHOD.md 4.2): the chat template's default thinking mode is kept, and the action
-  is parsed from the text after the last `</think>` (`after_thinking`; the whole reply when there is
-  none): the box or raw reply of a game, the `<answer>` or tool calls of tool use, and the text
-  given to step().
+- thinking models (METHOD.md 4.2; agent.py asks the template to think or not): the action is parsed
+  from the text after the last `</think>` (`after_thinking`; the whole reply when there is none):
+  the box or raw reply of a game, the `<answer>` or tool calls of tool use, and the text given to
+  step().
 """
 import json
 import re

@@ -18,11 +18,20 @@ rendering a placeholder turn followed by the new messages and tokenising only th
 generated EOS stands for the template's end-of-turn token, so a turn that ends by length has no
 place to attach a delta: it ends the episode (truncated), as METHOD.md 4.1 says anyway.
 
+Thinking mode (`thinking=True`, METHOD.md 4.2; spade.py turns it on for Qwen3-8B): every turn's
+prompt is the whole transcript rendered again with `enable_thinking=True` (Qwen3's template drops the
+thinking of earlier turns, so 25 turns of it do not fill the context), and every turn is its own
+training sequence, [that prompt, mask 0] + [the reply, thinking included, mask 1], in
+`Episode.turns`. spade.py gives each turn the episode's advantage and weight 1/T (grpo.Sample), so
+the episode counts once. Without it the template is asked for `enable_thinking=False` (Qwen3-8B then
+answers without thinking; templates without the switch ignore it).
+
 Choices where the official code differs or is silent (METHOD.md 13.3):
 - seeds: `play_seeds` gives explicit per-play seeds; spade.py passes them to BOTH arms (hinted and
   unhinted), where the official code seeds only hinted plays. `seeds=None` resets without a seed.
 - hinted plays run exactly the loop of unhinted plays (the official re-tokenises them and skips the
-  EOS and context checks); only the first observation differs.
+  EOS and context checks, and in the 8B games run does not let them think); only the first
+  observation differs, so both arms of the regret think or neither does.
 - reading the action from a reply (boxes, thinking text, tool calls): see actions.py. The tokens
   and the transcript keep the whole reply, thinking included.
 - a SandboxError anywhere (load, reset, step, tool call) ends that episode with reward -1, status
@@ -34,8 +43,7 @@ Choices where the official code differs or is silent (METHOD.md 13.3):
 - per-episode budgets: one generate call per distinct per-turn budget; that is one call per turn
   until some episode comes within `max_new_tokens + 64` tokens of the context cap.
 
-Not here: the thinking-mode per-turn fan-out (METHOD.md 4.2), retries of failed plays, the compact
-filter (a function of `status`, applied by spade.py).
+Not here: retries of failed plays, the compact filter (a function of `status`, applied by spade.py).
 """
 import dataclasses
 import hashlib
@@ -79,6 +87,14 @@ class Episode:
     failed: bool = False                  # a FAILED play (hang, crash, load/reset or tool failure): drop it
     messages: list[dict] = field(default_factory=list)     # chat transcript (ends with the last observation)
     num_generated_tokens: int = 0
+    # Thinking mode: per turn (tokens, loss_mask, logprobs), the re-rendered prompt then the reply;
+    # tokens, loss_mask and logprobs above then stay empty.
+    turns: list[tuple[list[int], list[int], list[float]]] = field(default_factory=list)
+
+    def sequences(self):
+        """The training sequences, (tokens, loss_mask, logprobs) each, that have a generated token to
+        train on: the one token-in/token-out sequence, or in thinking mode one per turn."""
+        return [s for s in self.turns or [(self.tokens, self.loss_mask, self.logprobs)] if any(s[1])]
 
 
 def play_seeds(env_id, n, salt=0):
@@ -109,6 +125,17 @@ class _Play:
     tools: list[dict] | None = None
     new_messages: list[dict] = field(default_factory=list)   # to append before the next turn
     turn_start: int = 0                   # where the current turn's generated tokens begin
+    thinking: bool = False
+    prompt: list[int] = field(default_factory=list)          # thinking mode: this turn's rendered prompt
+
+    def context(self):
+        """What the next turn is generated from."""
+        return self.prompt if self.thinking else self.episode.tokens
+
+    def sequence(self):
+        """The training sequence the current turn is written into."""
+        e = self.episode
+        return e.turns[-1] if self.thinking else (e.tokens, e.loss_mask, e.logprobs)
 
 
 def _end(play_, status, reward=0.0, error=None):
@@ -155,9 +182,10 @@ def _act(play_, text):
     except sandbox.SandboxError as e:   # only step() raising or breaking the contract is not FAILED
         return _end_on_error(play_, e, failed=kind == "tool_calls" or e.kind != "contract")
     if kind == "malformed":   # METHOD 4.3: keep the tokens but out of the loss, and show the format
-        episode, start = play_.episode, play_.turn_start
-        episode.loss_mask[start:] = [0] * (len(episode.tokens) - start)
-        episode.logprobs[start:] = [0.0] * (len(episode.tokens) - start)
+        tokens, loss_mask, logprobs = play_.sequence()
+        start = play_.turn_start
+        loss_mask[start:] = [0] * (len(tokens) - start)
+        logprobs[start:] = [0.0] * (len(tokens) - start)
         observation = f"{observation}\n\n{TOOL_CALL_REMINDER}"
     if kind != "tool_calls":
         play_.new_messages = [{"role": "user", "content": observation}]
@@ -169,10 +197,14 @@ def _act(play_, text):
 
 
 def _record(play_, completion, text):
-    """Append a generated turn: its tokens exactly as generated (mask 1, engine log-probs)."""
+    """Append a generated turn: its tokens exactly as generated (mask 1, engine log-probs); in thinking
+    mode to a new sequence that starts with the turn's prompt (mask 0)."""
     episode = play_.episode
-    play_.turn_start = len(episode.tokens)
-    _extend(episode, list(completion.token_ids), 1, list(completion.logprobs))
+    if play_.thinking:
+        episode.turns.append(([], [], []))
+        _extend(play_.sequence(), play_.prompt, 0)
+    play_.turn_start = len(play_.sequence()[0])
+    _extend(play_.sequence(), list(completion.token_ids), 1, list(completion.logprobs))
     episode.num_turns += 1
     episode.num_generated_tokens += len(completion.token_ids)
     episode.messages.append({"role": "assistant", "content": text})
@@ -180,8 +212,8 @@ def _record(play_, completion, text):
 
 # ---- token bookkeeping ---------------------------------------------------------------------------
 
-def _render(tokenizer, messages, tools, add_generation_prompt):
-    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+def _render(tokenizer, messages, tools, add_generation_prompt, thinking=False):
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, enable_thinking=thinking,
                                          add_generation_prompt=add_generation_prompt)
 
 
@@ -209,22 +241,24 @@ def _encode(tokenizer, texts):
     return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
 
 
-def _extend(episode, token_ids, mask, logprobs=None):
-    episode.tokens += token_ids
-    episode.loss_mask += [mask] * len(token_ids)
-    episode.logprobs += logprobs if logprobs is not None else [0.0] * len(token_ids)
+def _extend(sequence, token_ids, mask, logprobs=None):
+    """Append to a training sequence (tokens, loss_mask, logprobs), in place."""
+    tokens, loss_mask, token_logprobs = sequence
+    tokens += token_ids
+    loss_mask += [mask] * len(token_ids)
+    token_logprobs += logprobs if logprobs is not None else [0.0] * len(token_ids)
 
 
 def _generate(engine, tokenizer, live, params, max_new_tokens, max_context, timings):
     """One turn of every live episode, recorded; returns (play, reply text) for the replies that
     ended on EOS and truncates the others (METHOD 4.1). Each episode's budget is
     min(max_new_tokens, context left - 64); one engine call per distinct budget, normally one."""
-    budgets = [min(max_new_tokens, max_context - len(p.episode.tokens) - CONTEXT_MARGIN) for p in live]
+    budgets = [min(max_new_tokens, max_context - len(p.context()) - CONTEXT_MARGIN) for p in live]
     completions = [None] * len(live)
     for budget in sorted(set(budgets), reverse=True):
         index = [i for i, b in enumerate(budgets) if b == budget]
         tick = time.perf_counter()
-        batch = engine.generate([live[i].episode.tokens for i in index],
+        batch = engine.generate([live[i].context() for i in index],
                                 dataclasses.replace(params, max_new_tokens=budget))
         timings["generate_s"] += time.perf_counter() - tick
         timings["num_generate_calls"] += 1
@@ -249,14 +283,25 @@ def _append_deltas(tokenizer, live, end_texts):
     environment and the template wrote these tokens, not the policy."""
     deltas = [_delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) for p in live]
     for p, token_ids in zip(live, _encode(tokenizer, deltas)):
-        _extend(p.episode, token_ids, 0)
+        _extend(p.sequence(), token_ids, 0)
+
+
+def _render_prompts(tokenizer, live, thinking):
+    """Each episode's whole transcript rendered with the generation prompt: the first prompt of every
+    episode, and in thinking mode every turn's (the template drops the thinking of earlier turns)."""
+    texts = [_render(tokenizer, p.episode.messages, p.tools, True, thinking) for p in live]
+    for p, token_ids in zip(live, _encode(tokenizer, texts)):
+        if thinking:
+            p.prompt = token_ids
+        else:
+            _extend(p.sequence(), token_ids, 0)
 
 
 # ---- the batched loop -----------------------------------------------------------------------------
 
 def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=None, max_turns=25,
          max_context=32768, max_new_tokens=8192, timeout_s=30.0, progress=False, stats=None,
-         num_workers=None):
+         num_workers=None, thinking=False):
     """Play every environment `plays_per_env` times; return the episodes, env-major
     (all plays of envs[0], then envs[1], ...).
 
@@ -267,6 +312,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
     one per turn so turns do not replay one random stream). stats: an optional dict that receives
     wall_s, generate_s, env_s, num_generate_calls, num_episodes, num_generated_tokens.
     num_workers: threads that wait on the sandboxes (default 4 per core, at most 32).
+    thinking: METHOD.md 4.2's mode (module docstring): a prompt rendered per turn, a sequence per turn.
     Never raises for environment failures; a bug in the engine or tokenizer does raise.
     """
     assert hints is None or (len(hints) == len(envs) and all(isinstance(h, str) for h in hints)), \
@@ -277,7 +323,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
     timings = {"generate_s": 0.0, "env_s": 0.0, "num_generate_calls": 0}
     end_texts = sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
     plays = [_Play(Episode(env.env_id, env.skill, hints is not None, seeds[i][k] if seeds else None),
-                   env.code, hints[i] if hints else None)
+                   env.code, hints[i] if hints else None, thinking=thinking)
              for i, env in enumerate(envs) for k in range(plays_per_env)]
     running = lambda: [p for p in plays if p.episode.status == "running"]
 
@@ -298,12 +344,10 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
     bar = tqdm(total=len(plays), desc="agent play", disable=not progress)
     try:
         in_pool(_start, [(p, timeout_s, max_turns) for p in plays])
-        prompts = [_render(tokenizer, p.episode.messages, p.tools, True) for p in running()]
-        for p, token_ids in zip(running(), _encode(tokenizer, prompts)):
-            _extend(p.episode, token_ids, 0)
+        _render_prompts(tokenizer, running(), thinking)
         for turn in range(max_turns):
             for p in running():   # METHOD 4.1: no room left for a useful turn
-                if max_context - len(p.episode.tokens) <= CONTEXT_MARGIN:
+                if max_context - len(p.context()) <= CONTEXT_MARGIN:
                     _end(p, "truncated")
             release_finished()
             bar.update(len(plays) - len(running()) - bar.n)
@@ -315,7 +359,10 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
             if turn == max_turns - 1:   # the agent's turn cap (METHOD 4.1: TIMEOUT -> truncated)
                 for p in running():
                     _end(p, "truncated")
-            _append_deltas(tokenizer, running(), end_texts)
+            if thinking:
+                _render_prompts(tokenizer, running(), thinking)
+            else:
+                _append_deltas(tokenizer, running(), end_texts)
         bar.update(len(plays) - bar.n)
     finally:   # close every sandbox, also when the engine or the tokenizer raised
         bar.close()
@@ -326,8 +373,10 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
 
     episodes = [p.episode for p in plays]
     for e in episodes:
-        assert e.status != "running" and len(e.tokens) == len(e.loss_mask) == len(e.logprobs)
-        assert not e.loss_mask or e.loss_mask[0] == 0, "the first token must never be trained on"
+        assert e.status != "running"
+        for tokens, loss_mask, logprobs in e.turns or [(e.tokens, e.loss_mask, e.logprobs)]:
+            assert len(tokens) == len(loss_mask) == len(logprobs)
+            assert not loss_mask or loss_mask[0] == 0, "the first token must never be trained on"
     if stats is not None:
         stats.update(timings, wall_s=time.perf_counter() - started, num_episodes=len(episodes),
                      num_generated_tokens=sum(e.num_generated_tokens for e in episodes))

@@ -34,16 +34,20 @@ import packing
 
 @dataclass
 class Sample:
-    """One training sequence: a whole agent episode or one designer response (METHOD.md 7.1).
+    """One training sequence: a whole agent episode, one turn of a thinking episode, or one designer
+    response (METHOD.md 7.1, 4.2).
 
     loss_mask[i] is 1 only on tokens the policy generated (prompts, observations and tool outputs are 0);
     rollout_logprobs[i] is the engine's generation-time log-prob of tokens[i] (0.0 where the mask is 0);
-    the advantage is one scalar, broadcast over the sample's mask-1 tokens.
+    the advantage is one scalar, broadcast over the sample's mask-1 tokens. weight is the sample's share
+    in the batch mean: 1, or 1/T for each of the T turn samples of a thinking episode, so that the
+    episode counts once.
     """
     tokens: list[int]
     loss_mask: list[int]
     rollout_logprobs: list[float]
     advantage: float
+    weight: float = 1.0
 
     def __post_init__(self):
         n = len(self.tokens)
@@ -56,6 +60,7 @@ class Sample:
         assert self.loss_mask[0] == 0, "loss_mask[0] must be 0: the first token is never predicted"
         assert set(self.loss_mask) <= {0, 1}, "loss_mask holds 0 and 1 only"
         assert math.isfinite(self.advantage), f"advantage is {self.advantage}"
+        assert 0 < self.weight < math.inf, f"weight is {self.weight}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -120,7 +125,7 @@ def token_terms(logprobs, old_logprobs, rollout_logprobs, advantages, clip_low, 
 
 
 def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_low=0.2, clip_high=0.28,
-              tis_cap=2.0, kl_coef=0.0, ref_logprobs=None):
+              tis_cap=2.0, kl_coef=0.0, ref_logprobs=None, weights=None):
     """The policy loss of METHOD.md 7.2 on B samples: ([B, L] x4 + advantages [B] + ...) -> (loss, stats).
 
     Per token: ppo_clip(...) * tis_weight(old, rollout) + kl_coef * k3_kl(logp, ref) (the KL term is not
@@ -129,7 +134,8 @@ def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_l
     code gets from Slime (per-sample token mean, summed, divided by the global batch size), and it
     makes every sample (a short designer reply or a 16k-token episode) weigh the same, which is what the
     role-balancing scale S of METHOD.md 6.2 assumes. A sample with an all-zero mask counts as 0 in the
-    mean (Slime's inert padding samples).
+    mean (Slime's inert padding samples). weights [B] (default all 1) make the mean a weighted one,
+    sum(w * sample mean) / sum(w): a thinking episode's T turn samples weigh 1/T each (METHOD.md 4.2).
 
     Example (clip 0.2 / 0.28, cap 2): sample 1, A=+1, two tokens with r = 1.5 (-1.28, clipped) and r = 1
     with pi_old / pi_rollout = 3 (w = 2: -2.0) -> mean -1.64; sample 2, A=-1, one token with r = 0.5 (0.8,
@@ -141,14 +147,16 @@ def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_l
     mask = mask.to(logprobs.dtype)
     per_token, kl, clipped, weight = token_terms(logprobs, old_logprobs, rollout_logprobs, advantages[:, None],
                                                  clip_low, clip_high, tis_cap, kl_coef, ref_logprobs)
-    loss = sample_mean(per_token + kl_coef * kl, mask).mean()
+    weights = torch.ones_like(advantages) if weights is None else weights
+    batch_mean = lambda per_sample: (per_sample * weights).sum() / weights.sum()
+    loss = batch_mean(sample_mean(per_token + kl_coef * kl, mask))
     num_tokens = mask.sum()
 
     def token_mean(x):
         return (x.detach().to(mask.dtype) * mask).sum() / num_tokens.clamp(min=1)
 
     capped = (old_logprobs - rollout_logprobs) > math.log(tis_cap)
-    stats = dict(pg_loss=sample_mean(per_token, mask).mean().detach(), kl=token_mean(kl),
+    stats = dict(pg_loss=batch_mean(sample_mean(per_token, mask)).detach(), kl=token_mean(kl),
                  clip_fraction=token_mean(clipped), tis_weight=token_mean(weight),
                  tis_capped_fraction=token_mean(capped), num_loss_tokens=num_tokens.detach())
     return loss, stats
@@ -198,7 +206,8 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
     where = packing.per_sample(index, batch).long() - 1
     scored = where >= 0
     mask = batch.loss_mask
-    weights = mask / mask.sum(-1, keepdim=True).clamp(min=1) / mask.shape[0]   # sample-level averaging
+    shares = batch.weights / batch.weights.sum()                                  # sample-level averaging
+    weights = mask / mask.sum(-1, keepdim=True).clamp(min=1) * shares[:, None]
 
     def flat(values):  # [B, L] -> [F], 0 at positions that score no sample token
         out = torch.zeros(targets.numel(), device=targets.device, dtype=torch.float32)
@@ -216,7 +225,7 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
     loss, flat_logprobs = sweep.linear_token_loss(hidden, weight, targets, token_loss, temperature)
     logprobs = packing.per_sample(flat_logprobs, batch)
     stats = grpo_loss(logprobs, logprobs, batch.rollout_logprobs, batch.advantages, mask, clip_low, clip_high,
-                      tis_cap, kl_coef, ref_logprobs)[1]
+                      tis_cap, kl_coef, ref_logprobs, batch.weights)[1]
     return loss, stats
 
 
@@ -263,7 +272,7 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     """Backward the GRPO loss of the whole batch, micro-batch by micro-batch; returns summed stats.
 
     The gradients equal those of `grpo_loss` over all samples at once: each micro-batch's sample mean is
-    weighted by its share of the samples. pi_old is the current weights: with one optimizer step per
+    weighted by its share of the samples (of their weights). pi_old is the current weights: with one optimizer step per
     rollout they have not changed since the batch was formed, so the old log-probs are the current ones,
     detached (ratio 1, gradient of log pi). That is Slime's value without a second forward pass; the
     clip only bites when a forker takes several steps per batch. Under torch.distributed every rank
@@ -277,6 +286,7 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     device = next(model.parameters()).device
     fused_loss = device.type == "cuda" if fused_loss is None else fused_loss
     local = packing.samples_for_rank(samples, rank, world)
+    total_weight = sum(s.weight for s in samples)
     plan = [[local[i] for i in group] for group in
             packing.plan_micro_batches([len(s.tokens) for s in local], micro_token_budget, route == "padded")]
     # FSDP2 gathers each layer collectively, so every rank must run as many passes: a rank that has
@@ -304,8 +314,8 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
             else:
                 logprobs = token_logprobs(model, batch, temperature)
                 loss, stats = grpo_loss(logprobs, logprobs.detach(), batch.rollout_logprobs, batch.advantages,
-                                        batch.loss_mask, *clips, ref_logprobs)
-            share = weight * len(group) / len(samples)
+                                        batch.loss_mask, *clips, ref_logprobs, batch.weights)
+            share = weight * sum(s.weight for s in group) / total_weight
             # FSDP2 averages gradients over ranks; the shares already sum to 1 over all ranks.
             (loss * share * world).backward()
             # Stats stay on the device until the end: a .item() per micro-batch would sync the GPU.

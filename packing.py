@@ -51,6 +51,7 @@ class MicroBatch:
     loss_mask: torch.Tensor  # [B, L] float, L = longest sample (the loss side is always padded rows)
     rollout_logprobs: torch.Tensor  # [B, L]
     advantages: torch.Tensor  # [B]
+    weights: torch.Tensor  # [B] each sample's share of the batch mean (grpo.Sample.weight)
 
     @property
     def packed(self) -> bool:
@@ -78,7 +79,8 @@ def collate(samples: list, packed: bool, device) -> MicroBatch:
         varlen = {}
     return MicroBatch(input_ids, position_ids, attention_mask, varlen, lengths,
                       rows("loss_mask", torch.float32), rows("rollout_logprobs", torch.float32),
-                      torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device))
+                      torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
+                      torch.tensor([s.weight for s in samples], dtype=torch.float32, device=device))
 
 
 def per_sample(flat, batch: MicroBatch):

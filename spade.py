@@ -18,8 +18,10 @@ TIS update on designer and agent samples together (grpo.py); the new weights go 
 Deliberate simplifications: the batch is not trimmed or padded to a fixed size (the loss is a mean
 over the samples present); under torchrun every rank runs the same rollouts (one engine per rank,
 vLLM tensor-parallel) and the update splits the samples between ranks; checkpoints keep the last
-two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Not implemented: thinking mode
-(the 8B runs' per-turn fan-out) and the fixed RLVE baseline (--pool covers fixed-pool GRPO).
+two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Thinking mode (--thinking, on
+for Qwen3-8B as in the paper's 8B runs) trains each turn of an episode as its own sample, weighted so
+that the episode counts once (agent.py). Not implemented: the fixed RLVE baseline (--pool covers
+fixed-pool GRPO).
 """
 import argparse
 import dataclasses
@@ -63,6 +65,7 @@ class Config:
     max_turns: int = 25               # agent turns per episode
     max_context: int = 32768          # tokens per episode
     max_new_tokens: int = 8192        # agent tokens per turn
+    thinking: str = "auto"            # agent thinking, a sample per turn (METHOD 4.2): on, off, auto (on for Qwen3-8B)
     designer_max_tokens: int = 0      # tokens per environment written; 0 = the model's (16384; 20000 Qwen3-8B)
     hint_max_tokens: int = 0          # tokens per hint; 0 = the setting's (4096 games; tool use 2048, 512 Qwen3-4B)
     corpus: str = ""                  # JSONL with orig_doc/text; "" = built from the stdlib's docs
@@ -91,6 +94,8 @@ class Config:
         self.corpus_max_words = self.corpus_max_words or (4000 if tool_use else 6000)
         self.hint_max_tokens = self.hint_max_tokens or ((512 if "qwen3-4b" in model else 2048) if tool_use else 4096)
         self.designer_max_tokens = self.designer_max_tokens or (20000 if "qwen3-8b" in model else 16384)
+        if self.thinking == "auto":
+            self.thinking = "on" if "qwen3-8b" in model else "off"
         if self.kl_coef < 0:
             self.kl_coef = 0.005 if tool_use or "qwen3-8b" in model else 0.0
         self.run = self.run or time.strftime("%Y%m%d-%H%M%S")
@@ -104,6 +109,7 @@ class Config:
                                      f"not {self.plateau_band!r}"),
             (self.preset not in ("auto", "paper", "embedded"), f"--preset must be auto, paper or embedded, not {self.preset!r}"),
             (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
+            (self.thinking not in ("on", "off"), f"--thinking must be on, off or auto, not {self.thinking!r}"),
             (self.designer_reward not in designer_rewards.DESIGNER_REWARDS,
              f"unknown --designer-reward {self.designer_reward!r}"),
             (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
@@ -285,7 +291,7 @@ def main(argv=None):
             finished.append(state["epoch"])
             state["epoch"] = None
         designer_batch = [scored for done in finished for scored in score_epoch(
-            done, cfg, state["tracker"], num_agent=sum(any(e.loss_mask) for e in episodes))]
+            done, cfg, state["tracker"], num_agent=sum(bool(e.sequences()) for e in episodes))]
         metrics.update(designer_metrics(designer_batch))
         # 5. One PPO-clip + TIS update on designer and agent samples together, then push the weights.
         #    Every rank passes the whole batch: accumulate_gradients trains each rank on its share.
@@ -312,7 +318,9 @@ def main(argv=None):
 
 # --- the phases' small helpers -------------------------------------------------------------------
 def play_limits(cfg):
-    return dict(max_turns=cfg.max_turns, max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens)
+    """The per-play settings of both arms (hinted and trained plays think alike: agent.py)."""
+    return dict(max_turns=cfg.max_turns, max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens,
+                thinking=cfg.thinking == "on")
 
 
 def drop_failed(episodes, blacklist):
@@ -347,12 +355,14 @@ def episode_advantages(episodes):
 
 
 def trained_agent_samples(episodes, compact_filter):
-    """The agent's samples: every episode with generated tokens, with its z-scored advantage. The
-    compact filter (tool use, METHOD 4.3) leaves truncated episodes out of training, after the
-    z-scores: they still count in their environment's mean and std."""
+    """The agent's samples: every episode with generated tokens, with its z-scored advantage; a
+    thinking episode gives one sample per turn, each with the whole advantage and weight 1/T, so it
+    counts once (METHOD 4.2). The compact filter (tool use, METHOD 4.3) leaves truncated episodes out
+    of training, after the z-scores: they still count in their environment's mean and std."""
     import grpo
-    return [grpo.Sample(e.tokens, e.loss_mask, e.logprobs, a) for e, a in zip(episodes, episode_advantages(episodes))
-            if any(e.loss_mask) and not (compact_filter and e.status == "truncated")]
+    return [grpo.Sample(*sequence, a, weight=1 / len(e.sequences()))
+            for e, a in zip(episodes, episode_advantages(episodes))
+            if not (compact_filter and e.status == "truncated") for sequence in e.sequences()]
 
 
 def remember_new_envs(epoch, rewards, episodes, memory, log, step):

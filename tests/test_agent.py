@@ -17,7 +17,7 @@ import sandbox
 import actions
 from envs import Environment
 from actions import after_thinking, extract_boxed, game_action, parse_tool_calls, parse_tool_turn
-from agent import GAME_FRAMING, TOOL_CALL_REMINDER, game_prompt, play, play_seeds
+from agent import GAME_FRAMING, TOOL_CALL_REMINDER, Episode, game_prompt, play, play_seeds
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "examples"
 PARAMS = engine.SamplingParams(temperature=1.0)
@@ -297,6 +297,67 @@ def test_thinking_is_kept_in_the_tokens_but_only_the_text_after_it_acts(tokenize
     check_invariants(episode, tokenizer, script)
 
 
+# A Qwen3-style thinking template, reduced to games (a TEST FIXTURE written for these tests, after
+# the rules of Qwen3's own template): an assistant turn before the last user message loses its
+# thinking; the generation prompt gets an empty think block when enable_thinking is False.
+THINKING_TEMPLATE = (
+    "{%- set last = namespace(i=-1) %}"
+    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set last.i = loop.index0 %}{%- endif %}{%- endfor %}"
+    "{%- for m in messages %}{%- set content = m.content %}"
+    "{%- if m.role == 'assistant' and '</think>' in content and loop.index0 < last.i %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{{- '<|im_start|>' + m.role + '\\n' + content + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}")
+
+
+@pytest.fixture
+def thinking_tokenizer(tokenizer):
+    import copy
+    thinking = copy.deepcopy(tokenizer)
+    thinking.chat_template = THINKING_TEMPLATE
+    return thinking
+
+
+def test_thinking_mode_renders_every_turn_and_trains_each_turn_alone(thinking_tokenizer):
+    # METHOD.md 4.2: each turn's prompt is the transcript rendered again with enable_thinking=True
+    # (earlier thinking dropped by the template), and each turn is one training sequence.
+    tokenizer, code = thinking_tokenizer, vault_code(7)
+    script = [f"<think>plan {i}: dial {'ABC'[i]}</think>\n\\boxed{{probe {'ABC'[i]} {code[i]}}}" for i in range(3)]
+    script.append("<think>plan 3: all set</think>\n\\boxed{open}")
+    scripted = ScriptedEngine(tokenizer, lambda prompt: script[turns_so_far(prompt)])
+    [episode] = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[7]], thinking=True)
+    assert (episode.status, episode.reward, episode.num_turns) == ("terminated", 1.0, 4)   # after </think> acted
+    assert episode.tokens == [] and len(episode.turns) == 4 and episode.sequences() == episode.turns
+    for t, (tokens, loss_mask, logprobs) in enumerate(episode.turns):
+        prompt = tokenizer.apply_chat_template(episode.messages[:2 * t + 1], tokenize=False,
+                                               add_generation_prompt=True, enable_thinking=True)
+        assert prompt.endswith("<|im_start|>assistant\n") and "plan" not in prompt   # no earlier thinking
+        assert t == 0 or f"probe {'ABC'[t - 1]}" in prompt                           # but earlier actions
+        n = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        assert tokenizer.decode(tokens[:n]) == prompt and loss_mask == [0] * n + [1] * (len(tokens) - n)
+        assert tokenizer.decode(tokens[n:]) == script[t] + "<|im_end|>"
+        assert logprobs == [0.0] * n + [-0.001 * (i + 1) for i in range(len(tokens) - n)]
+    # Without thinking mode the template is asked for no thinking, and the one sequence keeps it all.
+    [plain] = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[7]])
+    assert plain.turns == [] and plain.sequences() == [(plain.tokens, plain.loss_mask, plain.logprobs)]
+    first_turn = plain.loss_mask.index(1)
+    assert tokenizer.decode(plain.tokens[:first_turn]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert "plan 0" in tokenizer.decode(plain.tokens[first_turn:])
+
+
+def test_thinking_mode_masks_a_malformed_tool_call_in_its_own_turn(thinking_tokenizer):
+    script = ["<think>look</think><tool_call>{find_parcel: bo}</tool_call>", "<think>hm</think><answer>done</answer>"]
+    scripted = ScriptedEngine(thinking_tokenizer, lambda prompt: script[turns_so_far(prompt)])
+    [episode] = play([example("parcel_desk")], scripted, thinking_tokenizer, 1, params=PARAMS, max_turns=2,
+                     thinking=True)
+    assert len(episode.turns) == 2 and episode.messages[2]["content"].endswith(TOOL_CALL_REMINDER)
+    assert not any(episode.turns[0][1]) and not any(episode.turns[0][2])     # out of the loss
+    assert episode.sequences() == [episode.turns[1]]
+    assert thinking_tokenizer.decode([t for t, m in zip(*episode.turns[1][:2]) if m]) == script[1] + "<|im_end|>"
+
+
 def test_tool_calls_and_answers_inside_thinking_are_ignored(tokenizer):
     call = '<tool_call>{"name": "find_parcel", "arguments": {"recipient": "bo"}}</tool_call>'
     script = [f"<think>{call}? No.</think>Let me think again.", f"<think><answer>done</answer>? No.</think>\n{call}"]
@@ -407,19 +468,21 @@ def test_malformed_tool_call_is_masked_and_reminded(tokenizer):
 
 # ---- whole episodes with real models
 
-def check_logprobs_with_a_forward_pass(model, episode):
+def check_logprobs_with_a_forward_pass(model, sequence):
     """At temperature 1 with no top-k/top-p the sampling distribution is the model's own: every
     trained token's stored log-prob must equal a fresh forward pass over the finished sequence."""
-    tokens = torch.tensor([episode.tokens])
+    token_ids, loss_mask, stored = sequence
+    tokens = torch.tensor([token_ids])
     with torch.no_grad():
         logprobs = torch.log_softmax(model(tokens).logits[0, :-1].float(), dim=-1)
     recomputed = logprobs.gather(1, tokens[0, 1:, None])[:, 0]
-    trained = torch.tensor(episode.loss_mask[1:], dtype=torch.bool)
+    trained = torch.tensor(loss_mask[1:], dtype=torch.bool)
     assert trained.any()
-    torch.testing.assert_close(recomputed[trained], torch.tensor(episode.logprobs[1:])[trained], atol=2e-3, rtol=0)
+    torch.testing.assert_close(recomputed[trained], torch.tensor(stored[1:])[trained], atol=2e-3, rtol=0)
 
 
-def test_tiny_model_plays_both_examples_end_to_end(tiny):
+@pytest.mark.parametrize("thinking", [False, True], ids=["token-in-token-out", "thinking"])
+def test_tiny_model_plays_both_examples_end_to_end(tiny, thinking):
     generator, tokenizer = tiny
     # Random weights rarely sample <|im_end|>: with every other byte token as an extra stop token,
     # replies end within a few tokens and the real engine's turns reach the template-delta path.
@@ -427,13 +490,17 @@ def test_tiny_model_plays_both_examples_end_to_end(tiny):
     quick = engine.make_engine(generator.model, tokenizer, kind="hf", eos_token_ids=stops)
     envs = [example("vault_dial"), example("parcel_desk")]
     episodes = play(envs, quick, tokenizer, 1, params=engine.SamplingParams(temperature=1.0, seed=0),
-                    seeds=[play_seeds(e.env_id, 1) for e in envs], max_turns=3, max_new_tokens=16)
+                    seeds=[play_seeds(e.env_id, 1) for e in envs], max_turns=3, max_new_tokens=16, thinking=thinking)
     assert [e.env_id for e in episodes] == ["vault_dial", "parcel_desk"]
     for e in episodes:
         assert e.status in ("terminated", "truncated") and e.error is None and 1 <= e.num_turns <= 3
         assert e.reward == 0.0 or e.status == "terminated"
-        check_invariants(e, tokenizer)
-        check_logprobs_with_a_forward_pass(generator.model, e)
+        assert len(e.turns) == (e.num_turns if thinking else 0)
+        for tokens, loss_mask, logprobs in e.turns or [(e.tokens, e.loss_mask, e.logprobs)]:
+            check_invariants(Episode(e.env_id, e.skill, False, None, tokens, loss_mask, logprobs,
+                                     num_generated_tokens=e.num_generated_tokens), tokenizer)
+        for sequence in e.sequences():
+            check_logprobs_with_a_forward_pass(generator.model, sequence)
     assert any(e.num_turns > 1 for e in episodes), "no episode reached a second turn: the delta path is untested"
 
 

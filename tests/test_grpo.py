@@ -1,6 +1,7 @@
 """grpo.py: hand-computed loss values, packed == per-sample equivalence, the model log-prob path,
 one optimizer step, FSDP2 (gloo, 2 CPU processes) == one process, and a small learning run."""
 import datetime
+import dataclasses
 import math
 import socket
 
@@ -221,6 +222,31 @@ def test_micro_batched_and_packed_loss_equal_per_sample_loss(cpu_varlen):
             torch.testing.assert_close(grad, expected[name], atol=1e-5, rtol=1e-4, msg=f"{route} {budget} {name}")
 
 
+def test_a_sample_of_weight_w_counts_as_w_copies(cpu_varlen):
+    # Thinking episodes (METHOD.md 4.2) become one sample per turn, each of weight 1/T, so that the
+    # episode counts once in the batch mean: weight 2 must equal the sample twice, and weights 1/2 on
+    # two samples one full sample's worth of the mean.
+    model = tiny_model()
+    a, b, c = random_samples(3, VOCAB, seed=5)
+    kwargs = dict(temperature=0.8, micro_token_budget=20)
+    for route in ("padded", "torch_varlen"):
+        results = []
+        for batch in ([dataclasses.replace(a, weight=2.0), b, c], [a, a, b, c],
+                      [a, dataclasses.replace(b, weight=.5), dataclasses.replace(c, weight=.5)]):
+            model.zero_grad(set_to_none=True)
+            results.append((grpo.accumulate_gradients(model, batch, route=route, **kwargs), grads_of(model)))
+        (weighted, weighted_grads), (copies, copies_grads), (halves, _) = results
+        assert weighted["num_micro_batches"] > 1
+        assert weighted["loss"] == pytest.approx(copies["loss"], abs=1e-6)
+        assert weighted["pg_loss"] == pytest.approx(copies["pg_loss"], abs=1e-6)
+        for name, grad in weighted_grads.items():
+            torch.testing.assert_close(grad, copies_grads[name], atol=1e-6, rtol=1e-5, msg=f"{route} {name}")
+        per_sample = [grpo.accumulate_gradients(model, [s], route=route, **kwargs)["loss"] for s in (a, b, c)]
+        assert halves["loss"] == pytest.approx((per_sample[0] + (per_sample[1] + per_sample[2]) / 2) / 2, abs=1e-6)
+    with pytest.raises(AssertionError, match="weight"):
+        dataclasses.replace(a, weight=0.0)
+
+
 @pytest.mark.parametrize("route", ["padded", "torch_varlen"])
 def test_fused_loss_equals_logprobs_then_loss(route, cpu_varlen):
     # The CUDA default (grpo.fused_grpo_loss: loss and gradients formed in sweep.linear_token_loss's
@@ -232,7 +258,7 @@ def test_fused_loss_equals_logprobs_then_loss(route, cpu_varlen):
     with torch.no_grad():
         for param in reference.parameters():
             param.add_(0.05 * torch.randn_like(param))
-    samples = random_samples(5, VOCAB, seed=2)
+    samples = [dataclasses.replace(s, weight=w) for s, w in zip(random_samples(5, VOCAB, seed=2), [1, .5, .5, 1, 2])]
     kwargs = dict(temperature=0.8, kl_coef=0.1, ref_model=reference, route=route, micro_token_budget=30)
     results = []
     for fused in (False, True):

@@ -52,6 +52,16 @@ def test_self_play_two_steps(tmp_path):
     assert "step    0 |" in result.stdout and "designer:" in result.stdout
 
 
+def test_thinking_mode_self_play(tmp_path):
+    # --thinking on with the tiny model (its template has no thinking switch; the per-turn prompts and
+    # samples run all the same): the loop trains on per-turn samples.
+    result = spade(*FAST, "--thinking", "on", "--pool", str(ROOT / "envs"), "--out", str(tmp_path), "--run", "think")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = assert_trained(tmp_path / "think", 2)
+    assert json.loads((tmp_path / "think" / "config.json").read_text())["thinking"] == "on"
+    assert all(m["agent/samples"] >= 1 for m in metrics)
+
+
 def test_fixed_pool_baseline(tmp_path):
     result = spade(*FAST, "--pool", str(ROOT / "envs"), "--out", str(tmp_path), "--run", "pool")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -115,6 +125,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--designer-reward", "vibes"], "unknown --designer-reward"),
     (["--skills", "Juggling"], "unknown games skill"),
     (["--resume", "/nonexistent/run"], "no checkpoint to resume"),
+    (["--thinking", "maybe"], "--thinking must be on, off or auto"),
 ])
 def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     result = spade("--model", "tiny", "--out", str(tmp_path), *args, timeout=120,
@@ -145,6 +156,9 @@ def test_paper_columns_parse_and_derive():
     two_skill = parse_config(["--model", "Qwen3-30B-A3B", "--skills", "Mathematical Reasoning,Pattern Recognition"])
     assert (two_skill.skills_per_regen, two_skill.kl_coef) == (2, 0.0)
     assert two_skill.plateau() == dict(lo=0.4, hi=0.6, ramp=0.25)
+    # METHOD 7.3: the 8B agent thinks (games and tool use); the instruct models do not.
+    assert (games_8b.thinking, tool_30b.thinking, two_skill.thinking) == ("on", "off", "off")
+    assert parse_config(["--model", "Qwen3-8B", "--thinking", "off"]).thinking == "off"
     given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--hint-max-tokens", "900",
                           "--designer-max-tokens", "300", "--plateau-band", "0.2,0.4,0.2"])
     assert (given.kl_coef, given.hint_max_tokens, given.designer_max_tokens) == (0.0, 900, 300)
@@ -165,6 +179,24 @@ def test_compact_filter_drops_truncated_plays_after_the_z_scores():
     # (without it: mean 2/3, and the z-scores would differ) but is not trained.
     compact = trained_agent_samples(episodes, compact_filter=True)
     assert [s.advantage for s in compact] == pytest.approx([1.0, -1.0, 1.0])
+
+
+def test_a_thinking_episode_trains_each_turn_and_counts_once():
+    # METHOD 4.2: one sample per turn, each with the episode's whole advantage; weights 1/T so the
+    # episode counts once in the batch mean. A turn with nothing to train on (a masked malformed tool
+    # call) is no sample and takes no share.
+    import agent
+    from spade import trained_agent_samples
+    turn = lambda *mask: ([7] * len(mask), list(mask), [-0.5 * m for m in mask])
+    thinking = agent.Episode("env", "Logic", hinted=False, seed=0, reward=1.0, status="terminated",
+                             turns=[turn(0, 1, 1), turn(0, 0, 0), turn(0, 0, 1, 1), turn(0, 1)])
+    plain = agent.Episode("env", "Logic", hinted=False, seed=1, tokens=[5, 6], loss_mask=[0, 1], logprobs=[0.0, -0.1],
+                          reward=0.0, status="terminated")
+    samples = trained_agent_samples([thinking, plain], compact_filter=False)
+    assert [(s.tokens, s.loss_mask) for s in samples] == [
+        t[:2] for t in (thinking.turns[0], thinking.turns[2], thinking.turns[3])] + [([5, 6], [0, 1])]
+    assert [s.advantage for s in samples] == pytest.approx([1.0] * 3 + [-1.0])      # z-scores of rewards [1, 0]
+    assert [s.weight for s in samples] == pytest.approx([1 / 3] * 3 + [1.0])
 
 
 def test_failed_plays_are_dropped_and_hung_games_blacklisted():
