@@ -13,6 +13,10 @@ replies end early so that the per-turn work (template deltas, tool parsing, sand
 measured over several turns. `outside ms/turn` is the cost of everything but `generate` per
 episode-turn, which does not depend on how fast the engine is. The engine's own decode speed
 against transformers' `model.generate` (the >= 5x target at batch 256) is bench/generate_bench.py.
+Each plays count is measured in both of agent.play's modes: token-in/token-out (`tito`: a template
+delta per turn) and thinking (METHOD.md 4.2: the whole transcript rendered and tokenised again every
+turn, a training sequence per turn); `x tito` is the thinking row's outside-`generate` cost per turn
+against the token-in/token-out row's.
 """
 import argparse
 import pathlib
@@ -26,14 +30,15 @@ import engine  # noqa: E402
 import envs  # noqa: E402
 
 
-def measure(pool, generator, tokenizer, plays, args):
+def measure(pool, generator, tokenizer, plays, args, thinking=False):
     params = engine.SamplingParams(temperature=0.6, top_p=0.95, top_k=20, seed=0)
     stats = {}
     episodes = agent.play(pool, generator, tokenizer, plays, params=params,
                           seeds=[agent.play_seeds(env.env_id, plays, salt=plays) for env in pool],
-                          max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, stats=stats)
+                          max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, stats=stats,
+                          thinking=thinking)
     wall, generate, turns = stats["wall_s"], stats["generate_s"], sum(e.num_turns for e in episodes)
-    return {"episodes": len(episodes), "turns/ep": turns / len(episodes),
+    return {"mode": "thinking" if thinking else "tito", "episodes": len(episodes), "turns/ep": turns / len(episodes),
             "errors": sum(e.status == "error" for e in episodes),
             "episodes/s": len(episodes) / wall, "gen tok/s": stats["num_generated_tokens"] / wall,
             "generate %": 100 * generate / wall, "sandbox %": 100 * stats["env_s"] / wall,
@@ -60,7 +65,10 @@ def main():
     stops = engine.default_eos_token_ids(model, tokenizer) | (set(range(0, 256, 2)) if args.quick_stops else set())
     generator = engine.make_engine(model, tokenizer, kind=args.kind, eos_token_ids=stops)
     measure(pool[:2], generator, tokenizer, 1, args)   # warm-up: kernels, the sandbox fork server
-    rows = [measure(pool, generator, tokenizer, plays, args) for plays in args.plays]
+    rows = []
+    for plays in args.plays:
+        tito, thinking = (measure(pool, generator, tokenizer, plays, args, mode) for mode in (False, True))
+        rows += [{**tito, "x tito": 1.0}, {**thinking, "x tito": thinking["outside ms/turn"] / tito["outside ms/turn"]}]
 
     print(f"\nagent.play on {args.model} ({args.kind}{', quick stops' if args.quick_stops else ''}), {len(pool)} "
           f"environments, max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}")
