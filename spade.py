@@ -286,7 +286,8 @@ def main(argv=None):
             metrics.update(remember_new_envs(epoch, rewards, played, memory, log, step))
         # 4. The delayed designer rewards (D = R): the epoch that ended at this regen step, and on the
         #    last step the open epoch with whatever plays it has, even one begun now (METHOD 6.2 step 5).
-        #    The role scale counts this step's agent samples, compact-filtered ones too (METHOD 6.2 step 4).
+        #    The role scale counts this step's agent samples, compact-filtered ones too (METHOD 6.2 step 4);
+        #    a thinking episode counts once, as in the loss.
         if step == cfg.steps - 1:
             finished.append(state["epoch"])
             state["epoch"] = None
