@@ -20,8 +20,8 @@ over the samples present); under torchrun every rank runs the same rollouts (one
 vLLM tensor-parallel) and the update splits the samples between ranks; checkpoints keep the last
 two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Thinking mode (--thinking, on
 for Qwen3-8B as in the paper's 8B runs) trains each turn of an episode as its own sample, weighted so
-that the episode counts once (agent.py). Not implemented: the fixed RLVE baseline (--pool covers
-fixed-pool GRPO).
+that the episode counts once (agent.py). The two baselines replace the designer: --pool (fixed-pool
+GRPO) and --rlve (RLVE's environments with their adaptive difficulty, rlve.py).
 """
 import argparse
 import dataclasses
@@ -74,6 +74,7 @@ class Config:
     no_memory: bool = False           # ablation: no environment memory
     no_designer_training: bool = False  # ablation: designer samples are generated but not trained
     pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
+    rlve: bool = False                # baseline: 16 RLVE environments, adaptive difficulty (rlve.py); no designer
     lr: float = 1e-6                  # AdamW learning rate (constant)
     kl_coef: float = -1.0             # k3 KL to the initial model; -1 = the paper's (0.005 tool use and 8B, else 0)
     micro_token_budget: int = 16384   # tokens per micro-batch in the update
@@ -113,7 +114,8 @@ class Config:
             (self.designer_reward not in designer_rewards.DESIGNER_REWARDS,
              f"unknown --designer-reward {self.designer_reward!r}"),
             (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
-            (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}")]
+            (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}"),
+            (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one")]
             if bad]
         if problems:
             raise SystemExit(f"spade.py: {problems[0]}")
@@ -137,6 +139,8 @@ class Config:
         return names
 
 
+# The fixed-RLVE baseline's own values (METHOD.md 10): 16 plays of each problem at temperature 1.
+RLVE = dict(plays_per_env=16, temperature=1.0)
 # The embedded default: a real loop that finishes in minutes on a 2-core CPU (and tests with `tiny`).
 EMBEDDED = dict(steps=4, num_envs=2, plays_per_env=2, regen_interval=2, hint_plays=2, skills_per_regen=2,
                 designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=48,
@@ -162,9 +166,8 @@ def parse_config(argv):
         saved = json.loads(latest.read_text())["config"]
         return Config(**{**saved, "resume": given["resume"]})
     cfg = Config(**given)
-    if cfg.preset == "embedded" or (cfg.preset == "auto" and cfg.model in ("smollm2-135m", "tiny")):
-        cfg = Config(**{**EMBEDDED, **given})
-    return cfg.derive()
+    embedded = cfg.preset == "embedded" or (cfg.preset == "auto" and cfg.model in ("smollm2-135m", "tiny"))
+    return Config(**{**(RLVE if cfg.rlve else {}), **(EMBEDDED if embedded else {}), **given}).derive()
 
 
 def main(argv=None):
@@ -213,14 +216,21 @@ def main(argv=None):
     fixed_pool = load_pool(cfg.pool) if cfg.pool else None
     words = cfg.corpus_max_words
     try:
-        corpus = None if cfg.no_corpus or cfg.pool else (
+        corpus = None if cfg.no_corpus or cfg.pool or cfg.rlve else (
             load_corpus(cfg.corpus, words, seed=42) if cfg.corpus else builtin_corpus(words, seed=42))
     except (OSError, ValueError) as e:                  # a missing or empty corpus
         raise SystemExit(f"spade.py: {e}")
-    memory = None if cfg.no_memory or cfg.pool else designer.EnvMemory(run_dir / "env_memory.json")
+    memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
     # pool_rng: the fixed pool's own shuffle, seed 42 as the paper's baseline (METHOD 10).
     state = dict(step=0, pool=[], epoch=None, tracker=designer_rewards.LearningPotentialTracker(), order=[],
-                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set())
+                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), rlve=None)
+    if cfg.rlve:
+        import rlve
+        try:
+            rlve.gym()
+        except ImportError as e:
+            raise SystemExit(f"spade.py: {e}")
+        state["rlve"] = rlve.Curriculum()
     if checkpoint:
         state = restore(checkpoint, optimizer, memory, corpus, rank)
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
@@ -231,7 +241,7 @@ def main(argv=None):
 
     for step in range(state["step"], cfg.steps):
         times, metrics, start = {}, {"step": step}, time.perf_counter()
-        regen = fixed_pool is None and step % cfg.regen_interval == 0
+        regen = fixed_pool is None and not cfg.rlve and step % cfg.regen_interval == 0
         finished = []                                        # epochs whose designer samples are scored now
         if fixed_pool is not None:                           # baseline: a fixed pool, no designer
             state["pool"] = next_from_pool(fixed_pool, state, cfg.num_envs)
@@ -269,9 +279,14 @@ def main(argv=None):
         #    never played again (METHOD 3.3).
         pool = [e for e in state["pool"] if e.env_id not in state["blacklist"]]
         with timer(times, "play"):
-            played = agent.play(pool, gen, tokenizer, cfg.plays_per_env, params=agent_params,
-                                seeds=[agent.play_seeds(e.env_id, cfg.plays_per_env, step) for e in pool],
-                                stats=(play_stats := {}), **play_limits(cfg))
+            play_stats = {}
+            if cfg.rlve:                                     # baseline: a new RLVE problem per environment
+                played = play_rlve(cfg, state, gen, tokenizer, agent_params, play_stats)
+                metrics.update(state["rlve"].metrics())
+            else:
+                played = agent.play(pool, gen, tokenizer, cfg.plays_per_env, params=agent_params,
+                                    seeds=[agent.play_seeds(e.env_id, cfg.plays_per_env, step) for e in pool],
+                                    stats=play_stats, **play_limits(cfg))
         episodes, hung = drop_failed(played, state["blacklist"])
         rewards = group_rewards(episodes)
         agent_samples = trained_agent_samples(episodes, compact_filter=cfg.setting == "tool_use")
@@ -322,6 +337,19 @@ def play_limits(cfg):
     """The per-play settings of both arms (hinted and trained plays think alike: agent.py)."""
     return dict(max_turns=cfg.max_turns, max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens,
                 thinking=cfg.thinking == "on")
+
+
+def play_rlve(cfg, state, gen, tokenizer, params, stats):
+    """The fixed-RLVE baseline's plays of one step; the curriculum counts them (rlve.py)."""
+    import rlve
+    curriculum, k = state["rlve"], cfg.plays_per_env
+    problems = [curriculum.problem(name, state["rng"])
+                for name in next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)]
+    played = rlve.play(problems, gen, tokenizer, k, params=params, max_context=cfg.max_context,
+                       max_new_tokens=cfg.max_new_tokens, thinking=cfg.thinking == "on", stats=stats)
+    for i, problem in enumerate(problems):
+        curriculum.record(problem, [e.reward for e in played[i * k:(i + 1) * k]])
+    return played
 
 
 def drop_failed(episodes, blacklist):

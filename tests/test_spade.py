@@ -62,6 +62,20 @@ def test_thinking_mode_self_play(tmp_path):
     assert all(m["agent/samples"] >= 1 for m in metrics)
 
 
+def test_fixed_rlve_baseline(tmp_path):
+    # METHOD 10: RLVE's verifiable environments with their adaptive difficulty, no designer; the
+    # curriculum is saved with the checkpoint.
+    result = spade(*FAST, "--rlve", "--num-envs", "3", "--out", str(tmp_path), "--run", "rlve")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = assert_trained(tmp_path / "rlve", 2)
+    assert "designer/valid_rate" not in metrics[0] and metrics[-1]["rlve/max_top_level"] == 0
+    assert not (tmp_path / "rlve" / "env_memory.json").exists()
+    _, latest = final_weights(tmp_path / "rlve")
+    state = torch.load(tmp_path / "rlve" / latest["checkpoint"] / "state.pt", weights_only=False)["state"]
+    curriculum = state["rlve"]
+    assert curriculum.next_seed >= 6 and sum(n for n, _ in curriculum.counted.values()) == 2 * 3 * 2   # all at level 0
+
+
 def test_fixed_pool_baseline(tmp_path):
     result = spade(*FAST, "--pool", str(ROOT / "envs"), "--out", str(tmp_path), "--run", "pool")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -126,6 +140,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--skills", "Juggling"], "unknown games skill"),
     (["--resume", "/nonexistent/run"], "no checkpoint to resume"),
     (["--thinking", "maybe"], "--thinking must be on, off or auto"),
+    (["--rlve", "--pool", str(ROOT / "envs")], "--rlve and --pool are two baselines"),
 ])
 def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     result = spade("--model", "tiny", "--out", str(tmp_path), *args, timeout=120,
@@ -159,6 +174,11 @@ def test_paper_columns_parse_and_derive():
     # METHOD 7.3: the 8B agent thinks (games and tool use); the instruct models do not.
     assert (games_8b.thinking, tool_30b.thinking, two_skill.thinking) == ("on", "off", "off")
     assert parse_config(["--model", "Qwen3-8B", "--thinking", "off"]).thinking == "off"
+    # The fixed-RLVE baseline: 16 plays per problem at temperature 1 unless given (METHOD 10).
+    rlve_30b = parse_config(["--rlve", "--model", "Qwen3-30B-A3B"])
+    assert (rlve_30b.plays_per_env, rlve_30b.temperature, rlve_30b.num_envs, rlve_30b.kl_coef) == (16, 1.0, 24, 0.0)
+    assert parse_config(["--rlve", "--model", "Qwen3-30B-A3B", "--plays-per-env", "8"]).plays_per_env == 8
+    assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 2            # the embedded preset's
     given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--hint-max-tokens", "900",
                           "--designer-max-tokens", "300", "--plateau-band", "0.2,0.4,0.2"])
     assert (given.kl_coef, given.hint_max_tokens, given.designer_max_tokens) == (0.0, 900, 300)

@@ -1,0 +1,167 @@
+"""The fixed-RLVE baseline (METHOD.md 10): GRPO on 16 of RLVE's single-turn verifiable environments,
+with RLVE's own adaptive difficulty, in place of the designer.
+
+    python spade.py --rlve --model Qwen3-30B-A3B      # 16 environments x 16 plays, T 1.0
+
+Every step each environment (all 16, or `--num-envs` of them in rotation) gets one new problem that
+all of its `--plays-per-env` plays answer; their z-scored rewards are the advantages, as for a game.
+The prompt is the problem followed by Qwen's step-by-step `\\boxed{}` line; the box's content goes to
+RLVE's verifier as `<answer>...</answer>` (a reply without a box goes as it is), and the reward is the
+verifier's accuracy, 0 or 1.
+
+Difficulty, RLVE's sliding window: every environment has a top level (0 at the start). A problem's
+level is drawn uniformly from the last WINDOW levels up to the top, its parameters uniformly from
+what RLVE's parameter controller lists at that level. Plays of top-level problems are counted; after
+MIN_ATTEMPTS of them the top moves up one level if at least PROMOTE_AT of them were right, and the
+count starts again either way. `Curriculum` holds this state; it is saved in checkpoints.
+
+The problems come from the `rlve-gym` package (RLVE's `Gym` environments and parameter controllers).
+They run in the trainer process, not in the sandbox: they are RLVE's code, not model-written code.
+RLVE reseeds the global Python, numpy and torch generators for every problem it makes; `problem()`
+puts them back.
+"""
+import contextlib
+import dataclasses
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from actions import after_thinking, extract_boxed
+from agent import CONTEXT_MARGIN, GAME_INSTRUCTION, Episode
+
+ENVIRONMENTS = ("Division", "EuclidGame", "GCDOne_Counting", "HamiltonianPath", "LampChanging",
+                "LargestConvexPolygon", "Multiplication", "PCPPermutation", "Path_NoGoingBack_Counting", "SAT",
+                "ShortestPath", "Sorting", "SpiralMatrix", "SubsequenceReversalLNDS", "UndamagedSubmatrixCounting",
+                "WYRLevelingGround")
+WINDOW, MIN_ATTEMPTS, PROMOTE_AT = 4, 128, 0.9
+SKILL = "RLVE"
+
+
+def gym():
+    """RLVE's two registries (name -> environment class, name -> parameter controller class)."""
+    try:
+        from Gym.environments import identifier2environment
+        from Gym.parameter_controllers import identifier2controller
+    except ImportError as e:
+        raise ImportError(f"the RLVE baseline needs the rlve-gym package (pip install rlve-gym==0.0.1): {e}")
+    return identifier2environment, identifier2controller
+
+
+@dataclass
+class Problem:
+    name: str            # the RLVE environment
+    level: int           # its difficulty
+    seed: int
+    prompt: str          # the problem text as RLVE writes it
+    verifiable: object   # RLVE's VerifiableEnvironment holding the generated problem
+
+    @property
+    def group(self):
+        """The plays' group for the z-scores (Episode.env_id)."""
+        return f"{self.name}-level{self.level}-seed{self.seed}"
+
+    def score(self, reply):
+        """1 if RLVE's verifier accepts the reply's answer, else 0 (binary reward)."""
+        reply = after_thinking(reply)
+        answer = extract_boxed(reply)
+        output = reply if answer is None else f"<answer>{answer}</answer>"
+        return float(self.verifiable.verifier(output)["accuracy"])
+
+
+@contextlib.contextmanager
+def _global_rngs_kept():
+    """RLVE's generator seeds Python's, numpy's and torch's global generators (and PYTHONHASHSEED)."""
+    saved = random.getstate(), np.random.get_state(), os.environ.get("PYTHONHASHSEED")
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []):
+        yield
+    random.setstate(saved[0])
+    np.random.set_state(saved[1])
+    os.environ.pop("PYTHONHASHSEED", None)
+    if saved[2] is not None:
+        os.environ["PYTHONHASHSEED"] = saved[2]
+
+
+@dataclass
+class Curriculum:
+    """Per environment: the top difficulty level and the [attempts, correct] counted at it."""
+    top: dict = field(default_factory=lambda: {name: 0 for name in ENVIRONMENTS})
+    counted: dict = field(default_factory=lambda: {name: [0, 0] for name in ENVIRONMENTS})
+    next_seed: int = 0   # problem seeds run on, as in RLVE
+
+    def problem(self, name, rng, max_tries=10) -> Problem:
+        """A new problem of environment `name`, its level drawn from the window below the top."""
+        environments, controllers = gym()
+        level = rng.randint(max(0, self.top[name] - WINDOW + 1), self.top[name])
+        controller = controllers[name]()
+        for _ in range(level):
+            controller.update()
+        for _ in range(max_tries):   # RLVE skips a seed whose generation fails or times out
+            parameter, seed = rng.choice(controller.get_parameter_list()), self.next_seed
+            self.next_seed += 1
+            verifiable = environments[name]()
+            with _global_rngs_kept():
+                made = verifiable.generator(seed=seed, parameter=parameter)
+            if made:
+                return Problem(name, level, seed, verifiable.prompt_generator(), verifiable)
+        raise RuntimeError(f"RLVE could not generate a {name} problem at level {level} in {max_tries} seeds")
+
+    def record(self, problem: Problem, rewards):
+        """Count the plays of a top-level problem; move the top up after MIN_ATTEMPTS at PROMOTE_AT."""
+        if problem.level != self.top[problem.name]:
+            return
+        counted = self.counted[problem.name]
+        counted[0] += len(rewards)
+        counted[1] += sum(rewards)
+        if counted[0] >= MIN_ATTEMPTS:
+            self.top[problem.name] += counted[1] / counted[0] >= PROMOTE_AT
+            self.counted[problem.name] = [0, 0]
+
+    def metrics(self):
+        return {"rlve/mean_top_level": sum(self.top.values()) / len(self.top),
+                "rlve/max_top_level": max(self.top.values())}
+
+
+def play(problems, engine, tokenizer, plays, *, params, max_context=32768, max_new_tokens=8192, thinking=False,
+         stats=None):
+    """Each problem answered `plays` times, one turn each; returns agent.Episodes, problem-major, with
+    env_id = the problem's group, the reward from `Problem.score`, and status "truncated" when a reply
+    ran out of tokens (it is scored all the same)."""
+    started, generate_s = time.perf_counter(), 0.0
+    texts = [tokenizer.apply_chat_template([_user(p)], tokenize=False, add_generation_prompt=True,
+                                           enable_thinking=thinking) for p in problems]
+    prompts = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    budgets = [min(max_new_tokens, max_context - len(ids) - CONTEXT_MARGIN) for ids in prompts]
+    assert min(budgets) > 0, f"a problem's prompt leaves no room in --max-context {max_context}"
+    completions = {}
+    for budget in sorted(set(budgets)):   # one engine call per distinct budget, normally one
+        index = [i for i, b in enumerate(budgets) if b == budget]
+        tick = time.perf_counter()
+        batch = engine.generate([prompts[i] for i in index for _ in range(plays)],
+                                dataclasses.replace(params, max_new_tokens=budget))
+        generate_s += time.perf_counter() - tick
+        for k, completion in enumerate(batch):
+            completions[index[k // plays], k % plays] = completion
+    episodes = []
+    for i, problem in enumerate(problems):
+        for k in range(plays):
+            ids, stop = list(completions[i, k].token_ids), completions[i, k].finish_reason == "stop"
+            reply = tokenizer.decode(ids[:-1] if stop else ids, skip_special_tokens=False)
+            episodes.append(Episode(
+                problem.group, SKILL, hinted=False, seed=problem.seed, tokens=prompts[i] + ids,
+                loss_mask=[0] * len(prompts[i]) + [1] * len(ids),
+                logprobs=[0.0] * len(prompts[i]) + list(completions[i, k].logprobs), reward=problem.score(reply),
+                status="terminated" if stop else "truncated", num_turns=1, num_generated_tokens=len(ids),
+                messages=[_user(problem), {"role": "assistant", "content": reply}]))
+    if stats is not None:
+        stats.update(wall_s=time.perf_counter() - started, generate_s=generate_s, env_s=0.0,
+                     num_generate_calls=len(set(budgets)), num_episodes=len(episodes),
+                     num_generated_tokens=sum(e.num_generated_tokens for e in episodes))
+    return episodes
+
+
+def _user(problem):
+    return {"role": "user", "content": f"{problem.prompt}\n\n{GAME_INSTRUCTION}"}
