@@ -27,7 +27,7 @@ CURVES = [("agent/reward", "agent reward (mean episode return)"),
 SHOWN = [("agent/reward", "reward", "{:+.3f}"), ("designer/reward", "designer", "{:.3f}"),
          ("designer/valid_rate", "valid", "{:.2f}"), ("designer/regret", "regret", "{:+.3f}"),
          ("agent/band_share", "band", "{:.2f}"), ("tokens_per_s", "tok/s", "{:.0f}"),
-         ("grpo/loss", "loss", "{:+.4f}")]
+         ("rlve/mean_top_level", "rlve level", "{:.2f}"), ("grpo/loss", "loss", "{:+.4f}")]
 
 
 class Log:

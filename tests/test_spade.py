@@ -69,6 +69,7 @@ def test_fixed_rlve_baseline(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = assert_trained(tmp_path / "rlve", 2)
     assert "designer/valid_rate" not in metrics[0] and metrics[-1]["rlve/max_top_level"] == 0
+    assert "| rlve level 0.00 |" in result.stdout
     assert not (tmp_path / "rlve" / "env_memory.json").exists()
     _, latest = final_weights(tmp_path / "rlve")
     state = torch.load(tmp_path / "rlve" / latest["checkpoint"] / "state.pt", weights_only=False)["state"]
