@@ -29,9 +29,13 @@ Where we differ from the official code (METHOD.md 13.3 and around it):
   (the engine is in-process); an empty hint is kept, and regret then measures an unhelpful hint.
 - Memory seeds from envs/ get neutral stats (win rate 0.5, regret 0.0, rollout_id -1): in the
   positive band but below any real environment with positive regret, which soon replaces them.
-Not done here: the LLM solvability audit of tool-use environments (3.1 step 4), repair turns and the
-self-judge (off in the paper's launchers), top-up generation for missing slots.
+- The solvability audit of tool-use environments (3.1 step 4, `audit_params`) is the policy's own
+  verdict on code that passed the gate; a rejection is one more failed attempt (stage "audit").
+  Its generations are not trained, and a reply without a verdict accepts, as in the official code.
+Not done here: repair turns and the self-judge (off in the paper's launchers), top-up generation for
+missing slots.
 """
+import dataclasses
 import json
 import os
 import random
@@ -44,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import prompts
+from actions import after_thinking, extract_boxed
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from sandbox import validate_env
 
@@ -244,11 +249,13 @@ def _prepare(slot, skill, attempt, setting, corpus, memory, rng, difficulty, tok
 
 def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str, params,
            max_attempts: int = 5, rng: random.Random, rollout_id: int, difficulty: str = "medium",
-           num_validation_workers: int = 4):
+           num_validation_workers: int = 4, audit_params=None):
     """Write one environment per slot (a skill), each with up to `max_attempts` validated tries.
 
     Every round batches the attempts of all still-empty slots into one engine.generate call. Returns
     (environments, designer samples, stats); a slot whose attempts all fail is simply missing.
+    audit_params: sampling parameters of the solvability audit of what passes the gate (tool use,
+    METHOD 3.1 step 4); None = no audit.
     """
     assert setting in SETTINGS, f"setting must be one of {SETTINGS}, got {setting!r}"
     skills = GAME_SKILLS if setting == "games" else TOOL_SKILLS
@@ -269,6 +276,8 @@ def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str,
         # Validation forks isolated children; a few at a time hide each other's start-up latency.
         with ThreadPoolExecutor(max_workers=max(1, num_validation_workers)) as pool:
             validations = list(pool.map(validate_env, [a.response_text for a in batch]))
+        if audit_params is not None:
+            validations = audited(engine, tokenizer, validations, audit_params)
         num_attempts += len(batch)
         for a, v in zip(batch, validations):
             a.validation = v
@@ -292,6 +301,38 @@ def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str,
     print(f"designer: {len(envs)}/{len(slots)} environments valid after {num_attempts} attempts; "
           f"rejections by stage: {stats['num_failed_by_stage'] or 'none'}")
     return envs, samples, stats
+
+
+def audited(engine, tokenizer, validations, params):
+    """The validations with the solvability audit's rejections of the passed ones (METHOD 3.1 step 4):
+    the policy reads each code and gives a verdict in one batched, untrained generate call."""
+    passed = [i for i, v in enumerate(validations) if v.ok]
+    prompts_ = [encode_chat(tokenizer, audit_messages(validations[i].code))[1] for i in passed]
+    completions = engine.generate(prompts_, params) if prompts_ else []
+    validations = list(validations)
+    for i, completion in zip(passed, completions):
+        reply = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+        if not accepts(reply):
+            tail = " ".join(reply.split())[-240:]
+            validations[i] = dataclasses.replace(validations[i], ok=False, stage="audit",
+                                                 error=f"the solvability audit says no: ...{tail}")
+    return validations
+
+
+def audit_messages(code: str) -> list[dict]:
+    return [{"role": "user", "content": prompts.AUDIT_TOOL_USER.format(code=code)}]
+
+
+def accepts(reply: str) -> bool:
+    """The audit's verdict: its first box, yes/y/true accepts; a reply with no box accepts too.
+
+    >>> accepts("criterion 2 is unreachable: \\\\boxed{no}"), accepts("\\\\boxed{ Yes }")
+    (False, True)
+    >>> accepts(""), accepts("\\\\boxed{maybe}")
+    (True, False)
+    """
+    verdict = extract_boxed(after_thinking(reply))
+    return verdict is None or verdict.strip().lower() in ("yes", "y", "true")
 
 
 def _designer_sample(a: _Attempt, env_id: str) -> DesignerSample:

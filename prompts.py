@@ -7,7 +7,8 @@ and edited in one place without touching the logic. Nothing parses these strings
 The wording is new (the official prompt text is not copied); what each text must carry is what
 METHOD.md lists: the interactive `\\boxed{}` contract of games (1.2 A and B), the `ToolUseBaseEnv`
 multi-instruction contract of tool use (1.3), the skill/difficulty footer (2.2), the ten tool-use
-domains and four task variants (2.2), and the two hint-writer instructions (5).
+domains and four task variants (2.2), the two hint-writer instructions (5), and the solvability
+audit of tool-use environments (3.1 step 4).
 """
 
 # --- Games (METHOD 1.2, 2.1): the system message shared by the corpus and no-corpus prompts ---------
@@ -273,6 +274,26 @@ and to submit <answer>done</answer> only after the last instruction. Do not writ
 names, paths, amounts or dates, and do not list the calls one by one. Reply with the hint only."""
 
 HINT_USER = "Environment code:\n```python\n{code}\n```"
+
+# --- The solvability audit of tool-use environments (METHOD 3.1 step 4; one user message) ----------
+AUDIT_TOOL_USER = """\
+SOLVABILITY AUDIT. Below is the source code of a tool-use environment: an assistant must carry out its \
+instructions by calling its tools, and the criteria in the code decide whether each instruction is done. \
+Decide whether the environment can be solved at all.
+1. List every success criterion the code checks.
+2. For each one, find tool calls, with arguments the assistant can know or look up, that produce the \
+state it requires.
+3. Reject only what is impossible: a required state that no tool reaches, criteria that contradict each \
+other, a comparison between values of different types, a required field that no successful tool call \
+writes, or a hidden value that nothing lets the assistant find out. Reject criteria that hold before \
+any call only when most of the steps already hold at the start.
+Keep environments that are hard but solvable, and random values that some tool reveals.
+
+```python
+{code}
+```
+
+End with your verdict: \\boxed{{yes}} if it can be solved, \\boxed{{no}} if it cannot."""
 
 # --- Example ideas per skill (METHOD 2.2: 3-4 per skill; ours) --------------------------------------
 # Games: multi-turn concepts, 3 of the 4 shown in the no-corpus prompt (the corpus prompt shows none).

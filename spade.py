@@ -209,6 +209,9 @@ def main(argv=None):
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     designer_params = dataclasses.replace(agent_params, max_new_tokens=cfg.designer_max_tokens)
     hint_params = engine.SamplingParams(cfg.hint_temperature, top_p=0.9, top_k=0, max_new_tokens=cfg.hint_max_tokens)
+    # Tool use: the policy's solvability audit of each environment that passed the gate (METHOD 3.1 step 4).
+    audit_params = engine.SamplingParams(0.3, top_p=0.9, top_k=0, max_new_tokens=min(16384, cfg.designer_max_tokens)) \
+        if cfg.setting == "tool_use" else None
 
     # --- grounding corpus, environment memory, seed pool --------------------------------------------
     skills = cfg.skill_list()
@@ -253,7 +256,8 @@ def main(argv=None):
                 slots = designer.slots_for_epoch(skills, epoch, cfg.skills_per_regen, cfg.num_envs)
                 new_envs, samples, stats = designer.design(
                     gen, tokenizer, slots, corpus=corpus, memory=memory, setting=cfg.setting,
-                    params=designer_params, max_attempts=cfg.designer_attempts, rng=state["rng"], rollout_id=step)
+                    params=designer_params, max_attempts=cfg.designer_attempts, rng=state["rng"], rollout_id=step,
+                    audit_params=audit_params)
                 metrics.update({"designer/valid_rate": stats["num_valid"] / len(slots),
                                 "designer/attempts": stats["num_attempts"]})
             with timer(times, "hints"):

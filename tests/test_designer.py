@@ -4,6 +4,7 @@ The design() tests use ScriptedDesignerEngine, a test double that answers each p
 text (known-good or known-bad environment code, or a hint) encoded by the tiny model's tokenizer.
 Validation is real (sandbox.validate_env). One test runs the real tiny model through design().
 """
+import doctest
 import json
 import os
 import random
@@ -326,11 +327,14 @@ class ScriptedDesignerEngine:
     """TEST DOUBLE for engine.HFEngine: answers each prompt with scripted text instead of a model.
 
     Designer prompts get the next answer of their skill's script (TARGET SKILL in the prompt; the
-    last answer repeats); hint prompts ("Environment code:") get `hint_answer`. Log-probs are
-    -0.001 * (position + 1), so the test can see they pass through untouched."""
+    last answer repeats); hint prompts ("Environment code:") get `hint_answer`; audit prompts
+    ("SOLVABILITY AUDIT") the next of `audit_answers`. Log-probs are -0.001 * (position + 1), so the
+    test can see they pass through untouched."""
 
-    def __init__(self, tokenizer, scripts, hint_answer='```json\n{"hint": "Probe before you act."}\n```'):
+    def __init__(self, tokenizer, scripts, hint_answer='```json\n{"hint": "Probe before you act."}\n```',
+                 audit_answers=()):
         self.tokenizer, self.scripts, self.hint_answer = tokenizer, scripts, hint_answer
+        self.audit_answers = list(audit_answers)
         self.calls, self.seen_prompts = [], []
 
     def generate(self, prompts_, params):
@@ -341,6 +345,8 @@ class ScriptedDesignerEngine:
             text = self.tokenizer.decode(ids)
             if "Environment code:" in text:
                 answer = self.hint_answer
+            elif "SOLVABILITY AUDIT" in text:
+                answer = self.audit_answers.pop(0)
             else:
                 skill = re.search(r"(?:TARGET SKILL|trains this skill|SKILL): (.*?) \(", text).group(1)
                 script = self.scripts[skill]
@@ -407,6 +413,37 @@ def test_design_tool_use(tokenizer):
     with pytest.raises(AssertionError, match="unknown tool_use skills"):
         design(fake, tokenizer, [MATH], corpus=None, memory=None, setting="tool_use",
                params=engine.SamplingParams(), rng=random.Random(0), rollout_id=0)
+
+
+def test_the_audit_verdict_is_the_first_box_and_no_verdict_accepts():
+    assert doctest.testmod(designer).failed == 0
+    assert designer.accepts("criterion 2 needs a field no tool writes. \\boxed{no}") is False
+    assert designer.accepts("\\boxed{ Yes }") and designer.accepts("\\boxed{y}") and designer.accepts("\\boxed{TRUE}")
+    assert designer.accepts("") and designer.accepts("I cannot tell.")           # no verdict: accept
+    assert designer.accepts("\\boxed{no} ... on second thought \\boxed{yes}") is False   # the first box
+    assert designer.accepts("<think>\\boxed{no}?</think> \\boxed{yes}")          # after thinking
+
+
+def test_tool_use_audit_rejects_and_the_slot_tries_again(tokenizer, capsys):
+    # METHOD 3.1 step 4: the policy audits each environment that passed the gate; "no" makes the
+    # attempt fail (no training sample) and the slot is prompted again.
+    skill = "Data Retrieval"
+    fake = ScriptedDesignerEngine(tokenizer, {skill: [GOOD_TOOL]},
+                                  audit_answers=["The lamp room is hidden forever. \\boxed{no}", "Solvable. \\boxed{yes}"])
+    envs, samples, stats = design(fake, tokenizer, [skill], corpus=None, memory=None, setting="tool_use",
+                                  params=engine.SamplingParams(), rng=random.Random(0), rollout_id=2,
+                                  audit_params=engine.SamplingParams(temperature=0.3))
+    assert fake.calls == [1, 1, 1, 1]                  # design, audit (no), design again, audit (yes)
+    assert [s.attempt for s in samples] == [2] and len(envs) == 1
+    assert stats["num_failed_by_stage"] == {"audit": 1} and "hidden forever" in stats["failures"][0]["error"]
+    audit_prompt = tokenizer.decode(fake.seen_prompts[1])
+    assert "SOLVABILITY AUDIT" in audit_prompt and "class LampDeskEnv(ToolUseBaseEnv)" in audit_prompt
+    assert "rejected at audit" in capsys.readouterr().out
+    # Without audit_params (games), nothing is audited.
+    fake = ScriptedDesignerEngine(tokenizer, {MATH: [GOOD]})
+    design(fake, tokenizer, [MATH], corpus=None, memory=None, setting="games", params=engine.SamplingParams(),
+           rng=random.Random(0), rollout_id=0)
+    assert fake.calls == [1]
 
 
 def test_parse_hint_variants():
