@@ -4,7 +4,8 @@
 
 A run directory holds `config.json`, `metrics.jsonl` (one JSON object per step), `samples/`
 (per regen step, per new environment: its code, hint, scores and one hinted and one unhinted
-transcript), `env_memory.json` and checkpoints. `Log` writes the first three while spade.py runs;
+transcript; in the baselines, `plays.json` every R steps: one play of each environment or RLVE
+problem), `env_memory.json` and checkpoints. `Log` writes the first three while spade.py runs;
 `main` reads them back and writes `report/curriculum.png` (agent reward, hint regret, designer
 validity, share of environments in the learnable band 0.2-0.8, environment length in lines over
 steps) and `report/index.html` (every generated environment with its code, hint, scores and a
@@ -84,6 +85,21 @@ class Log:
         values = list(scores.values())
         return {"designer/regret": sum(v["regret"] for v in values) / len(values),
                 "designer/env_lines": sum(len(e.code.splitlines()) for e in epoch["envs"]) / len(epoch["envs"])}
+
+
+    def plays(self, step, episodes):
+        """A baseline step's plays for people (no designer, so no regen dumps): the first play of each
+        environment or RLVE problem, with its transcript."""
+        first = {}
+        for episode in episodes:
+            first.setdefault(episode.env_id, episode)
+        if self.quiet or not first:
+            return
+        folder = self.run_dir / "samples" / f"step_{step:05d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        records = [dict(env_id=e.env_id, skill=e.skill, seed=e.seed, reward=e.reward, status=e.status, error=e.error,
+                        transcript=e.messages) for e in first.values()]
+        (folder / "plays.json").write_text(json.dumps(records, indent=1))
 
 
 def step_metrics(played, episodes, rewards, update, play_stats, times, start):

@@ -89,6 +89,8 @@ def test_fixed_rlve_baseline(tmp_path):
     state = torch.load(tmp_path / "rlve" / latest["checkpoint"] / "state.pt", weights_only=False)["state"]
     curriculum = state["rlve"]
     assert curriculum.next_seed >= 6 and sum(n for n, _ in curriculum.counted.values()) == 2 * 3 * 2   # all at level 0
+    plays = json.loads((tmp_path / "rlve" / "samples" / "step_00000" / "plays.json").read_text())
+    assert len(plays) == 3 and all(p["skill"] == "RLVE" and p["transcript"][0]["role"] == "user" for p in plays)
 
 
 def test_fixed_pool_baseline(tmp_path):
@@ -97,6 +99,8 @@ def test_fixed_pool_baseline(tmp_path):
     metrics = assert_trained(tmp_path / "pool", 2)
     assert "designer/valid_rate" not in metrics[0]
     assert not (tmp_path / "pool" / "env_memory.json").exists()
+    plays = json.loads((tmp_path / "pool" / "samples" / "step_00000" / "plays.json").read_text())
+    assert len(plays) == 2 and all(p["transcript"] and p["status"] in ("terminated", "truncated") for p in plays)
 
 
 def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
