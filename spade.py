@@ -226,14 +226,7 @@ def main(argv=None):
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
     # pool_rng: the fixed pool's own shuffle, seed 42 as the paper's baseline (METHOD 10).
     state = dict(step=0, pool=[], epoch=None, tracker=designer_rewards.LearningPotentialTracker(), order=[],
-                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), rlve=None)
-    if cfg.rlve:
-        import rlve
-        try:
-            rlve.gym()
-        except ImportError as e:
-            raise SystemExit(f"spade.py: {e}")
-        state["rlve"] = rlve.Curriculum()
+                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), rlve=rlve_curriculum(cfg))
     if checkpoint:
         state = restore(checkpoint, optimizer, memory, corpus, rank)
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
@@ -343,6 +336,18 @@ def play_limits(cfg):
     """The per-play settings of both arms (hinted and trained plays think alike: agent.py)."""
     return dict(max_turns=cfg.max_turns, max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens,
                 thinking=cfg.thinking == "on")
+
+
+def rlve_curriculum(cfg):
+    """The fixed-RLVE baseline's curriculum (rlve.py), or None; one sentence if rlve-gym is missing."""
+    if not cfg.rlve:
+        return None
+    import rlve
+    try:
+        rlve.gym()
+    except ImportError as e:
+        raise SystemExit(f"spade.py: {e}")
+    return rlve.Curriculum()
 
 
 def play_rlve(cfg, state, gen, tokenizer, params, stats):

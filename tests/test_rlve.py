@@ -1,6 +1,7 @@
 """rlve.py: the fixed-RLVE baseline's curriculum by hand, problems from the real rlve-gym package, and
 plays with a scripted engine (TEST DOUBLE, test_agent.ScriptedEngine) and with the tiny model."""
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -98,3 +99,13 @@ def test_the_tiny_model_plays_rlve_problems(tokenizer):
                          max_new_tokens=8)
     assert len(episodes) == 2 and all(e.num_generated_tokens <= 8 and e.reward in (0.0, 1.0) for e in episodes)
     assert all(len(e.tokens) == len(e.loss_mask) == len(e.logprobs) and e.loss_mask[0] == 0 for e in episodes)
+
+
+def test_a_missing_rlve_gym_is_one_clear_error(monkeypatch):
+    from spade import Config, rlve_curriculum
+    monkeypatch.setitem(sys.modules, "Gym.environments", None)   # as if rlve-gym were not installed
+    with pytest.raises(ImportError, match="pip install rlve-gym"):
+        rlve.gym()
+    with pytest.raises(SystemExit, match="^spade.py: the RLVE baseline needs the rlve-gym package"):
+        rlve_curriculum(Config(rlve=True))
+    assert rlve_curriculum(Config()) is None
