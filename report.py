@@ -9,7 +9,7 @@ problem), `env_memory.json` and checkpoints. `Log` writes the first three while 
 `main` reads them back and writes `report/curriculum.png` (agent reward, hint regret, designer
 validity, share of environments in the learnable band 0.2-0.8, environment length in lines over
 steps) and `report/index.html` (every generated environment with its code, hint, scores and a
-transcript), so a person can look rather than grep.
+transcript; a baseline's dumped plays), so a person can look rather than grep.
 """
 import dataclasses
 import html
@@ -124,7 +124,9 @@ def read_run(run_dir):
     samples = [json.loads(p.read_text()) for p in sorted((run_dir / "samples").glob("step_*/game_*.json"))]
     rejected = [dict(r, step=int(p.parent.name[5:])) for p in sorted((run_dir / "samples").glob("step_*/rejected.json"))
                 for r in json.loads(p.read_text())]
-    return metrics, samples, rejected
+    plays = [dict(r, step=int(p.parent.name[5:])) for p in sorted((run_dir / "samples").glob("step_*/plays.json"))
+             for r in json.loads(p.read_text())]
+    return metrics, samples, rejected, plays
 
 
 def plot_curriculum(metrics, path):
@@ -164,7 +166,15 @@ def rejected_html(rejected):
     return f"<h1>Rejected designer attempts ({len(rejected)})</h1><p>Not trained on; counted in designer validity.</p>{rows}"
 
 
-def write_html(run_dir, metrics, samples, rejected, path):
+def plays_html(plays):
+    if not plays:
+        return ""
+    rows = "".join(f"""<details><summary>step {p['step']} &middot; {html.escape(p['env_id'])} &middot; reward {p['reward']:+.2f}
+ &middot; {html.escape(p['status'])}</summary>{transcript_html(p['transcript'])}</details>""" for p in plays)
+    return f"<h1>Baseline plays ({len(plays)})</h1><p>One play of each environment or problem every R steps.</p>{rows}"
+
+
+def write_html(run_dir, metrics, samples, rejected, path, plays=()):
     last = metrics[-1] if metrics else {}
     cards = []
     for s in samples:
@@ -175,7 +185,8 @@ def write_html(run_dir, metrics, samples, rejected, path):
 <details><summary>code</summary><pre>{html.escape(s['code'])}</pre></details>
 <details><summary>unhinted play ({html.escape(s.get('unhinted_status', ''))})</summary>{transcript_html(s['unhinted_transcript'])}</details>
 <details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>""")
-    body = "\n".join(cards) or "<p>The designer wrote no valid environment in this run (see the log's rejections).</p>"
+    body = "\n".join(cards) or ("<p>A baseline run: no designer.</p>" if plays else
+                                 "<p>The designer wrote no valid environment in this run (see the log's rejections).</p>")
     summary = " &middot; ".join(f"{k} {v:.3g}" for k, v in last.items() if isinstance(v, float) and "/" in k)
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {html.escape(Path(run_dir).name)}</title>
 <style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;
@@ -183,18 +194,18 @@ overflow-x:auto;white-space:pre-wrap}} section{{border-top:1px solid #ccc;margin
 img{{max-width:100%}}</style></head><body>
 <h1>spade run {html.escape(Path(run_dir).name)}</h1><p>{len(metrics)} steps &middot; {len(samples)} generated environments &middot; {len(rejected)} rejected attempts</p>
 <p>last step: {summary}</p><img src="curriculum.png" alt="curriculum plots">
-<h1>Generated environments</h1>{body}{rejected_html(rejected)}</body></html>""")
+<h1>Generated environments</h1>{body}{rejected_html(rejected)}{plays_html(plays)}</body></html>""")
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise SystemExit("usage: python spade.py report out/<run>")
-    metrics, samples, rejected = read_run(argv[0])
+    metrics, samples, rejected, plays = read_run(argv[0])
     out = Path(argv[0]) / "report"
     out.mkdir(exist_ok=True)
     plot_curriculum(metrics, out / "curriculum.png")
-    write_html(argv[0], metrics, samples, rejected, out / "index.html")
+    write_html(argv[0], metrics, samples, rejected, out / "index.html", plays)
     print(f"report: {out / 'index.html'} and {out / 'curriculum.png'} ({len(metrics)} steps, {len(samples)} environments)")
 
 

@@ -91,6 +91,8 @@ def test_fixed_rlve_baseline(tmp_path):
     assert curriculum.next_seed >= 6 and sum(n for n, _ in curriculum.counted.values()) == 2 * 3 * 2   # all at level 0
     plays = json.loads((tmp_path / "rlve" / "samples" / "step_00000" / "plays.json").read_text())
     assert len(plays) == 3 and all(p["skill"] == "RLVE" and p["transcript"][0]["role"] == "user" for p in plays)
+    page = (tmp_path / "rlve" / "report" / "index.html").read_text()
+    assert "Baseline plays (3)" in page and plays[0]["env_id"] in page and "A baseline run: no designer." in page
 
 
 def test_fixed_pool_baseline(tmp_path):
