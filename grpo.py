@@ -272,8 +272,8 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     """Backward the GRPO loss of the whole batch, micro-batch by micro-batch; returns summed stats.
 
     The gradients equal those of `grpo_loss` over all samples at once: each micro-batch's sample mean is
-    weighted by its share of the samples (of their weights). pi_old is the current weights: with one optimizer step per
-    rollout they have not changed since the batch was formed, so the old log-probs are the current ones,
+    weighted by its share of the samples' weights. pi_old is the current weights: with one optimizer step
+    per rollout they have not changed since the batch was formed, so the old log-probs are the current ones,
     detached (ratio 1, gradient of log pi). That is Slime's value without a second forward pass; the
     clip only bites when a forker takes several steps per batch. Under torch.distributed every rank
     passes the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on

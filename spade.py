@@ -4,16 +4,18 @@
     python spade.py --model Qwen3-4B                  # one GPU, the paper's settings (METHOD.md 7.3)
     torchrun --nproc_per_node=8 spade.py --model Qwen3-30B-A3B      # one node, eight GPUs
     python spade.py --pool envs/                      # baseline: fixed-pool GRPO, no designer
+    python spade.py --rlve --model Qwen3-4B           # baseline: RLVE's environments (rlve.py)
     python spade.py --resume out/<run>                # carry on from the last checkpoint
     python spade.py report out/<run>                  # plots + an HTML page of the curriculum
 
 Every step, in the paper's order (METHOD.md 0): every R steps the designer writes a new pool of
 environments (designer.py; validated in sandbox.py), writes a hint for each and plays each one
 with its hint (not trained: it measures what the hint is worth); the agent plays every pool
-environment K times (agent.py); rewards become advantages (regret.py): per-environment z-scores
-for the agent, and for the designer the blend of a win-rate plateau and hint-based regret, scored
-R steps later when the whole epoch is known (designer_rewards.py); memory records the new environments; one PPO-clip +
-TIS update on designer and agent samples together (grpo.py); the new weights go into the engine.
+environment K times (agent.py); rewards become advantages (regret.py, batch.py): per-environment
+z-scores for the agent, and for the designer the blend of a win-rate plateau and hint-based regret,
+scored R steps later when the whole epoch is known (designer_rewards.py); memory records the new
+environments; one PPO-clip + TIS update on designer and agent samples together (grpo.py); the new
+weights go into the engine.
 
 Deliberate simplifications: the batch is not trimmed or padded to a fixed size (the loss is a mean
 over the samples present); under torchrun every rank runs the same rollouts (one engine per rank,
@@ -32,12 +34,12 @@ import random
 import re
 import sys
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import designer_rewards   # pure reward math (no torch): safe to import before argument parsing
 import regret
+from batch import designer_metrics, drop_failed, group_rewards, score_epoch, trained_agent_samples
 from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
 
 ROOT = Path(__file__).resolve().parent
@@ -363,46 +365,8 @@ def play_rlve(cfg, state, gen, tokenizer, params, stats):
     return played
 
 
-def drop_failed(episodes, blacklist):
-    """(the scored episodes, the environments that hung). FAILED plays are dropped, not scored (METHOD
-    3.3; without the official single retry: a sandboxed failure is rarely transient); an environment
-    whose load, reset or step hung joins the blacklist: it is not played again this run, and the
-    designer's regret_based reward flags it. A hung tool call fails only its play."""
-    hung = {e.env_id for e in episodes
-            if e.failed and e.error.startswith("timeout") and not e.error.startswith("timeout: call_tool")}
-    blacklist |= hung
-    return [e for e in episodes if not e.failed], hung
 
 
-def group_rewards(episodes):
-    groups = defaultdict(list)
-    for episode in episodes:
-        groups[episode.env_id].append(episode.reward)
-    return dict(groups)
-
-
-def episode_advantages(episodes):
-    """Per-environment z-scores (METHOD 6.1). An environment whose plays all scored the same gives
-    zeros: GRPO learns nothing from a group without contrast, which is why the designer is paid to
-    keep win rates inside the band."""
-    advantages, order = {}, defaultdict(list)
-    for i, episode in enumerate(episodes):
-        order[episode.env_id].append(i)
-    for indices in order.values():
-        for i, a in zip(indices, regret.agent_advantages([episodes[i].reward for i in indices])):
-            advantages[i] = a
-    return [advantages[i] for i in range(len(episodes))]
-
-
-def trained_agent_samples(episodes, compact_filter):
-    """The agent's samples: every episode with generated tokens, with its z-scored advantage; a
-    thinking episode gives one sample per turn, each with the whole advantage and weight 1/T, so it
-    counts once (METHOD 4.2). The compact filter (tool use, METHOD 4.3) leaves truncated episodes out
-    of training, after the z-scores: they still count in their environment's mean and std."""
-    import grpo
-    return [grpo.Sample(*sequence, a, weight=1 / len(e.sequences()))
-            for e, a in zip(episodes, episode_advantages(episodes))
-            if not (compact_filter and e.status == "truncated") for sequence in e.sequences()]
 
 
 def remember_new_envs(epoch, rewards, episodes, memory, log, step):
@@ -422,22 +386,6 @@ def remember_new_envs(epoch, rewards, episodes, memory, log, step):
     return metrics
 
 
-def score_epoch(epoch, cfg, tracker, num_agent):
-    """A finished epoch's designer samples with their advantages: [(grpo.Sample, raw x)]."""
-    import grpo
-    if not epoch or not epoch["samples"]:
-        return []
-    outcomes = [designer_rewards.EnvOutcome(s.skill, epoch["window"][s.env_id], epoch["hinted"].get(s.env_id, []),
-                                            s.env_id in epoch["timeouts"]) for s in epoch["samples"]]
-    raw, advantages = designer_rewards.score_designer_batch(cfg.designer_reward, outcomes, num_agent=num_agent,
-                                                            regen_interval=cfg.regen_interval, tracker=tracker,
-                                                            **cfg.plateau())
-    return [(grpo.Sample(s.tokens, s.loss_mask, s.logprobs, a), x)
-            for s, x, a in zip(epoch["samples"], raw, advantages) if a is not None]
-
-
-def designer_metrics(batch):
-    return {"designer/reward": sum(x for _, x in batch) / len(batch), "designer/samples": len(batch)} if batch else {}
 
 
 def next_from_pool(pool, state, n):

@@ -208,7 +208,7 @@ def test_paper_columns_parse_and_derive():
 
 def test_compact_filter_drops_truncated_plays_after_the_z_scores():
     import agent
-    from spade import trained_agent_samples
+    from batch import trained_agent_samples
 
     def episode(reward, status):
         return agent.Episode("env", "Data Retrieval", hinted=False, seed=0, tokens=[5, 6, 7], loss_mask=[0, 1, 1],
@@ -227,7 +227,7 @@ def test_a_thinking_episode_trains_each_turn_and_counts_once():
     # episode counts once in the batch mean. A turn with nothing to train on (a masked malformed tool
     # call) is no sample and takes no share.
     import agent
-    from spade import trained_agent_samples
+    from batch import trained_agent_samples
     turn = lambda *mask: ([7] * len(mask), list(mask), [-0.5 * m for m in mask])
     thinking = agent.Episode("env", "Logic", hinted=False, seed=0, reward=1.0, status="terminated",
                              turns=[turn(0, 1, 1), turn(0, 0, 0), turn(0, 0, 1, 1), turn(0, 1)])
@@ -242,7 +242,7 @@ def test_a_thinking_episode_trains_each_turn_and_counts_once():
 
 def test_failed_plays_are_dropped_and_hung_games_blacklisted():
     import agent
-    from spade import drop_failed
+    from batch import drop_failed
 
     def episode(env_id, reward=0.0, error=None, failed=False):
         return agent.Episode(env_id, "Logic", hinted=False, seed=0, reward=reward, error=error, failed=failed,

@@ -1,0 +1,73 @@
+"""One step's training batch (METHOD.md 6.1, 6.2, 7.1): from the plays and the finished designer
+epochs to the samples of the update.
+
+FAILED plays are dropped and hung games blacklisted (`drop_failed`); rewards are grouped per
+environment and z-scored (`group_rewards`, `episode_advantages`); the agent's samples carry those
+advantages (`trained_agent_samples`: the thinking-mode fan-out and the compact filter), and a
+finished epoch's designer samples get their delayed rewards (`score_epoch`). spade.py calls these in
+its loop; the reward math itself is regret.py and designer_rewards.py.
+"""
+from collections import defaultdict
+
+import designer_rewards
+import regret
+
+
+def drop_failed(episodes, blacklist):
+    """(the scored episodes, the environments that hung). FAILED plays are dropped, not scored (METHOD
+    3.3; without the official single retry: a sandboxed failure is rarely transient); an environment
+    whose load, reset or step hung joins the blacklist: it is not played again this run, and the
+    designer's regret_based reward flags it. A hung tool call fails only its play."""
+    hung = {e.env_id for e in episodes
+            if e.failed and e.error.startswith("timeout") and not e.error.startswith("timeout: call_tool")}
+    blacklist |= hung
+    return [e for e in episodes if not e.failed], hung
+
+
+def group_rewards(episodes):
+    groups = defaultdict(list)
+    for episode in episodes:
+        groups[episode.env_id].append(episode.reward)
+    return dict(groups)
+
+
+def episode_advantages(episodes):
+    """Per-environment z-scores (METHOD 6.1). An environment whose plays all scored the same gives
+    zeros: GRPO learns nothing from a group without contrast, which is why the designer is paid to
+    keep win rates inside the band."""
+    advantages, order = {}, defaultdict(list)
+    for i, episode in enumerate(episodes):
+        order[episode.env_id].append(i)
+    for indices in order.values():
+        for i, a in zip(indices, regret.agent_advantages([episodes[i].reward for i in indices])):
+            advantages[i] = a
+    return [advantages[i] for i in range(len(episodes))]
+
+
+def trained_agent_samples(episodes, compact_filter):
+    """The agent's samples: every episode with generated tokens, with its z-scored advantage; a
+    thinking episode gives one sample per turn, each with the whole advantage and weight 1/T, so it
+    counts once (METHOD 4.2). The compact filter (tool use, METHOD 4.3) leaves truncated episodes out
+    of training, after the z-scores: they still count in their environment's mean and std."""
+    import grpo
+    return [grpo.Sample(*sequence, a, weight=1 / len(e.sequences()))
+            for e, a in zip(episodes, episode_advantages(episodes))
+            if not (compact_filter and e.status == "truncated") for sequence in e.sequences()]
+
+
+def score_epoch(epoch, cfg, tracker, num_agent):
+    """A finished epoch's designer samples with their advantages: [(grpo.Sample, raw x)]."""
+    import grpo
+    if not epoch or not epoch["samples"]:
+        return []
+    outcomes = [designer_rewards.EnvOutcome(s.skill, epoch["window"][s.env_id], epoch["hinted"].get(s.env_id, []),
+                                            s.env_id in epoch["timeouts"]) for s in epoch["samples"]]
+    raw, advantages = designer_rewards.score_designer_batch(cfg.designer_reward, outcomes, num_agent=num_agent,
+                                                            regen_interval=cfg.regen_interval, tracker=tracker,
+                                                            **cfg.plateau())
+    return [(grpo.Sample(s.tokens, s.loss_mask, s.logprobs, a), x)
+            for s, x, a in zip(epoch["samples"], raw, advantages) if a is not None]
+
+
+def designer_metrics(batch):
+    return {"designer/reward": sum(x for _, x in batch) / len(batch), "designer/samples": len(batch)} if batch else {}
