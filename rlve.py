@@ -127,41 +127,35 @@ class Curriculum:
 
 def play(problems, engine, tokenizer, plays, *, params, max_context=32768, max_new_tokens=8192, thinking=False,
          stats=None):
-    """Each problem answered `plays` times, one turn each; returns agent.Episodes, problem-major, with
-    env_id = the problem's group, the reward from `Problem.score`, and status "truncated" when a reply
-    ran out of tokens (it is scored all the same)."""
-    started, generate_s = time.perf_counter(), 0.0
-    texts = [tokenizer.apply_chat_template([_user(p)], tokenize=False, add_generation_prompt=True,
-                                           enable_thinking=thinking) for p in problems]
+    """Each problem answered `plays` times, one turn each, in one engine call; returns agent.Episodes,
+    problem-major, with env_id = the problem's group, the reward from `Problem.score`, and status
+    "truncated" when a reply ran out of tokens (it is scored all the same). RLVE's prompts are short, so
+    the longest one sets the budget of all: min(max_new_tokens, context left - 64)."""
+    started = time.perf_counter()
+    messages = [[_user(p)] for p in problems]
+    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
+             for m in messages]
     prompts = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    budgets = [min(max_new_tokens, max_context - len(ids) - CONTEXT_MARGIN) for ids in prompts]
-    assert min(budgets) > 0, f"a problem's prompt leaves no room in --max-context {max_context}"
-    completions = {}
-    for budget in sorted(set(budgets)):   # one engine call per distinct budget, normally one
-        index = [i for i, b in enumerate(budgets) if b == budget]
-        tick = time.perf_counter()
-        batch = engine.generate([prompts[i] for i in index for _ in range(plays)],
-                                dataclasses.replace(params, max_new_tokens=budget))
-        generate_s += time.perf_counter() - tick
-        for k, completion in enumerate(batch):
-            completions[index[k // plays], k % plays] = completion
+    budget = min(max_new_tokens, max_context - max(map(len, prompts)) - CONTEXT_MARGIN)
+    assert budget > 0, f"a problem's prompt leaves no room in --max-context {max_context}"
+    tick = time.perf_counter()
+    completions = engine.generate([ids for ids in prompts for _ in range(plays)],
+                                  dataclasses.replace(params, max_new_tokens=budget))
+    generate_s = time.perf_counter() - tick
     episodes = []
-    for i, problem in enumerate(problems):
-        for k in range(plays):
-            ids, stop = list(completions[i, k].token_ids), completions[i, k].finish_reason == "stop"
-            reply = tokenizer.decode(ids[:-1] if stop else ids, skip_special_tokens=False)
-            episodes.append(Episode(
-                problem.group, SKILL, hinted=False, seed=problem.seed, tokens=prompts[i] + ids,
-                loss_mask=[0] * len(prompts[i]) + [1] * len(ids),
-                logprobs=[0.0] * len(prompts[i]) + list(completions[i, k].logprobs), reward=problem.score(reply),
-                status="terminated" if stop else "truncated", num_turns=1, num_generated_tokens=len(ids),
-                messages=[_user(problem), {"role": "assistant", "content": reply}]))
+    for n, completion in enumerate(completions):
+        problem, prompt = problems[n // plays], prompts[n // plays]
+        ids, stop = list(completion.token_ids), completion.finish_reason == "stop"
+        reply = tokenizer.decode(ids[:-1] if stop else ids, skip_special_tokens=False)
+        episodes.append(Episode(
+            problem.group, SKILL, hinted=False, seed=problem.seed, tokens=prompt + ids,
+            loss_mask=[0] * len(prompt) + [1] * len(ids), logprobs=[0.0] * len(prompt) + list(completion.logprobs),
+            reward=problem.score(reply), status="terminated" if stop else "truncated", num_turns=1,
+            num_generated_tokens=len(ids), messages=messages[n // plays] + [{"role": "assistant", "content": reply}]))
     if stats is not None:
-        stats.update(wall_s=time.perf_counter() - started, generate_s=generate_s, env_s=0.0,
-                     num_generate_calls=len(set(budgets)), num_episodes=len(episodes),
-                     num_generated_tokens=sum(e.num_generated_tokens for e in episodes))
+        stats.update(wall_s=time.perf_counter() - started, generate_s=generate_s, env_s=0.0, num_generate_calls=1,
+                     num_episodes=len(episodes), num_generated_tokens=sum(e.num_generated_tokens for e in episodes))
     return episodes
-
 
 def _user(problem):
     return {"role": "user", "content": f"{problem.prompt}\n\n{GAME_INSTRUCTION}"}
