@@ -50,9 +50,12 @@ def trained_agent_samples(episodes, compact_filter):
     counts once (METHOD 4.2). The compact filter (tool use, METHOD 4.3) leaves truncated episodes out
     of training, after the z-scores: they still count in their environment's mean and std."""
     import grpo
-    return [grpo.Sample(*sequence, a, weight=1 / len(e.sequences()))
-            for e, a in zip(episodes, episode_advantages(episodes))
-            if not (compact_filter and e.status == "truncated") for sequence in e.sequences()]
+    samples = []
+    for e, a in zip(episodes, episode_advantages(episodes)):
+        if not (compact_filter and e.status == "truncated"):
+            sequences = e.sequences()
+            samples += [grpo.Sample(*sequence, a, weight=1 / len(sequences)) for sequence in sequences]
+    return samples
 
 
 def score_epoch(epoch, cfg, tracker, num_agent):
