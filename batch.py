@@ -58,6 +58,13 @@ def trained_agent_samples(episodes, compact_filter):
     return samples
 
 
+def num_agent_episodes(episodes):
+    """N_agent of the role scale (METHOD 6.2 step 4): the episodes with tokens to train on, counted as the
+    loss counts them: a thinking episode once, not once per turn; truncated ones left out by the compact
+    filter count too."""
+    return sum(bool(e.sequences()) for e in episodes)
+
+
 def score_epoch(epoch, cfg, tracker, num_agent):
     """A finished epoch's designer samples with their advantages: [(grpo.Sample, raw x)]."""
     import grpo

@@ -2,7 +2,7 @@
 
     python spade.py                                   # the embedded default: SmolLM2-135M on CPU, offline
     python spade.py --model Qwen3-4B                  # one GPU, the paper's settings (METHOD.md 7.3)
-    torchrun --nproc_per_node=8 spade.py --model Qwen3-30B-A3B      # one node, eight GPUs
+    python spade.py --model Qwen3-30B-A3B             # one node: a rank per GPU (launch.py), FSDP2
     python spade.py --pool envs/                      # baseline: fixed-pool GRPO, no designer
     python spade.py --rlve --model Qwen3-4B           # baseline: RLVE's environments (rlve.py)
     python spade.py --resume out/<run>                # carry on from the last checkpoint
@@ -18,7 +18,7 @@ environments; one PPO-clip + TIS update on designer and agent samples together (
 weights go into the engine.
 
 Deliberate simplifications: the batch is not trimmed or padded to a fixed size (the loss is a mean
-over the samples present); under torchrun every rank runs the same rollouts (one engine per rank,
+over the samples present); with several GPUs every rank runs the same rollouts (one engine per rank,
 vLLM tensor-parallel) and the update splits the samples between ranks; checkpoints keep the last
 two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Thinking mode (--thinking, on
 for Qwen3-8B as in the paper's 8B runs) trains each turn of an episode as its own sample, weighted so
@@ -39,8 +39,9 @@ from pathlib import Path
 
 import designer_rewards   # pure reward math (no torch): safe to import before argument parsing
 import regret
-from batch import designer_metrics, drop_failed, group_rewards, score_epoch, trained_agent_samples
+from batch import designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
 from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
+from launch import agreed, install_sigint_handler, launch_ranks, setup_distributed
 
 ROOT = Path(__file__).resolve().parent
 
@@ -178,7 +179,13 @@ def main(argv=None):
         import report
         return report.main(argv[1:])
     cfg = parse_config(argv)
-    if "RANK" in os.environ:  # torchrun: FSDP2 with torchao's compiled 8-bit AdamW step
+    if "RANK" not in os.environ:                     # several GPUs: one rank per GPU (launch.py)
+        import torch
+        if torch.cuda.device_count() > 1:
+            print(f"spade.py: {torch.cuda.device_count()} GPUs: starting one rank per GPU "
+                  "(CUDA_VISIBLE_DEVICES=0 for one)", flush=True)
+            sys.exit(launch_ranks(argv, torch.cuda.device_count(), __file__))
+    else:  # a rank: FSDP2 with torchao's compiled 8-bit AdamW step
         # Trap (torch 2.13 + torchao 0.18): AOT autograd's on-disk cache mixes up the DTensor-wrapped
         # 8-bit optimizer states, so every run after the first on a machine dies in optimizer.step
         # ("'Tensor' object has no attribute 'codes'"). Read once, when torch is imported: set it first.
@@ -193,6 +200,16 @@ def main(argv=None):
     checkpoint = latest_checkpoint(run_dir) if cfg.resume else None
     log = report.Log(run_dir, cfg, rank)
     random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+
+    # --- what the environments grow from: the grounding corpus, or the baseline's fixed pool ---------
+    # (read before the model loads: a bad file is then an error in seconds, not after minutes)
+    words = cfg.corpus_max_words
+    try:
+        fixed_pool = load_pool(cfg.pool) if cfg.pool else None
+        corpus = None if cfg.no_corpus or cfg.pool or cfg.rlve else (
+            load_corpus(cfg.corpus, words, seed=42) if cfg.corpus else builtin_corpus(words, seed=42))
+    except (OSError, ValueError) as e:   # a missing or empty corpus; a pool with no valid or intact files
+        raise SystemExit(f"spade.py: {e}")
 
     # --- the model, its two views (trainer + engine), the KL reference, the optimizer ---------------
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -215,16 +232,9 @@ def main(argv=None):
     audit_params = engine.SamplingParams(0.3, top_p=0.9, top_k=0, max_new_tokens=min(16384, cfg.designer_max_tokens)) \
         if cfg.setting == "tool_use" else None
 
-    # --- grounding corpus, environment memory, seed pool --------------------------------------------
+    # --- environment memory, seed environments, the run's state ------------------------------------
     skills = cfg.skill_list()
     seeds = [e for e in load_pool(ROOT / "envs", validate=False) if e.skill in skills]
-    fixed_pool = load_pool(cfg.pool) if cfg.pool else None
-    words = cfg.corpus_max_words
-    try:
-        corpus = None if cfg.no_corpus or cfg.pool or cfg.rlve else (
-            load_corpus(cfg.corpus, words, seed=42) if cfg.corpus else builtin_corpus(words, seed=42))
-    except (OSError, ValueError) as e:                  # a missing or empty corpus
-        raise SystemExit(f"spade.py: {e}")
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
     # pool_rng: the fixed pool's own shuffle, seed 42 as the paper's baseline (METHOD 10).
     state = dict(step=0, pool=[], epoch=None, tracker=designer_rewards.LearningPotentialTracker(), order=[],
@@ -308,7 +318,7 @@ def main(argv=None):
             finished.append(state["epoch"])
             state["epoch"] = None
         designer_batch = [scored for done in finished for scored in score_epoch(
-            done, cfg, state["tracker"], num_agent=sum(bool(e.sequences()) for e in episodes))]
+            done, cfg, state["tracker"], num_agent=num_agent_episodes(episodes))]
         metrics.update(designer_metrics(designer_batch))
         # 5. One PPO-clip + TIS update on designer and agent samples together, then push the weights.
         #    Every rank passes the whole batch: accumulate_gradients trains each rank on its share.
@@ -324,9 +334,10 @@ def main(argv=None):
         state["step"] = step + 1
         metrics.update(report.step_metrics(played, episodes, rewards, update, play_stats, times, start))
         log.step(metrics)
-        if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stop.is_set():
+        stopping = agreed(stop, world)                   # every rank stops after the same step
+        if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping:
             save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, corpus, state, rank)
-        if stop.is_set():
+        if stopping:
             log.print(f"interrupted: saved step {state['step']}; continue with --resume {run_dir}")
             return
     if rank == 0:
@@ -408,32 +419,6 @@ class timer:
 
     def __exit__(self, *exc):
         self.times[self.name] = self.times.get(self.name, 0.0) + time.perf_counter() - self.start
-
-
-def install_sigint_handler():
-    """First Ctrl-C: finish this step, checkpoint, exit. Second Ctrl-C: stop at once."""
-    import signal
-    import threading
-    stop = threading.Event()
-
-    def handler(signum, frame):
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to abort)", flush=True)
-    signal.signal(signal.SIGINT, handler)
-    return stop
-
-
-def setup_distributed():
-    if "RANK" not in os.environ:
-        return 0, 1
-    import torch
-    import torch.distributed as dist
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    return dist.get_rank(), dist.get_world_size()
 
 
 def has_vllm():

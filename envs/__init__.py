@@ -8,7 +8,10 @@ in the authors' released pools (`game_<rollout:05d>_<index:03d>_<skill_slug>.py`
 
 `load_pool` reads a directory of such files or a JSONL file with a `code` field per line, validates
 each through `sandbox.validate_env` and returns the ones that pass; `load_pool("envs")` prints
-"pool: 18/18 environments valid (0 skipped lines)".
+"pool: 18/18 environments valid (0 skipped lines)". It takes the authors' released pools as they are
+(METHOD.md 10): a `games/` folder or the dataset's root, its files checked against the
+`checksums.sha256` beside them, skills read off file names or a manifest, and JSON lists of records
+with `code` and `skill` (a name or a slug). Two environments with one name get distinct ids.
 
     >>> skill_slug("Multi-Step Workflows")
     'multi_step_workflows'
@@ -17,8 +20,11 @@ each through `sandbox.validate_env` and returns the ones that pass; `load_pool("
 
 It does not deduplicate, sample or balance skills: that is the designer's business.
 """
+import hashlib
 import json
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,51 +72,132 @@ class Environment:
     code: str     # the environment's Python source (after extraction and repair once validated)
 
 
-def _read_directory(path: Path) -> list[Environment]:
-    files = sorted(p for p in path.glob("*.py") if p.name != "__init__.py")
-    return [Environment(p.stem, skill_from_name(p.stem), p.read_text()) for p in files]
+def skill_of(label: str) -> str:
+    """A skill given by name or slug ("Optimization", "state_modification") as its name; else unchanged."""
+    return _SKILL_BY_SLUG.get(skill_slug(label), label)
+
+
+# Where released pools' records and manifests name an environment's file.
+FILE_KEYS = ("game_file", "file_name", "file", "path", "original_file_name", "env_id", "game_id")
+
+
+def _records(path: Path) -> tuple[list, int]:
+    """The records of a JSONL file (or of a JSON file holding one list), and how many lines were not JSON."""
+    text = path.read_text()
+    if text.lstrip().startswith("["):
+        return json.loads(text), 0
+    records, skipped = [], 0
+    for line in filter(str.strip, text.splitlines()):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            skipped += 1
+    return records, skipped
 
 
 def _read_jsonl(path: Path) -> tuple[list[Environment], int]:
-    """Environments of a JSONL pool, and how many non-blank lines were skipped (not JSON, no code)."""
-    found, skipped = [], 0
-    for line_number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            skipped += 1
-            continue
+    """Environments of a JSONL pool, and how many records were skipped (not JSON, no code)."""
+    records, skipped = _records(path)
+    found = []
+    for number, record in enumerate(records, start=1):
         code = record.get("code") if isinstance(record, dict) else None
         if not isinstance(code, str) or not code.strip():
             skipped += 1
             continue
         # Released pools name the file ("game_00012_005_optimization.py"); keep its stem as the id.
-        env_id = Path(str(record.get("game_file") or record.get("env_id") or "")).stem
-        env_id = env_id or f"{path.stem}_{line_number:05d}"
-        skill = record.get("skill") if isinstance(record.get("skill"), str) else skill_from_name(env_id)
-        found.append(Environment(env_id, skill, code))
+        name = next((record[k] for k in FILE_KEYS if isinstance(record.get(k), str)), "")
+        env_id = Path(name).stem or f"{path.stem}_{number:05d}"
+        skill = record.get("skill")
+        found.append(Environment(env_id, skill_of(skill) if isinstance(skill, str) else skill_from_name(env_id), code))
     return found, skipped
 
 
+def _read_directory(path: Path) -> list[Environment]:
+    """The .py files of `path` (or, when it has none, of its subfolders, as in a dataset's root), their
+    integrity checked against a `checksums.sha256` and their skill read off the name or a manifest."""
+    files = sorted(p for p in path.glob("*.py") if p.name != "__init__.py") or sorted(path.rglob("*.py"))
+    verify_checksums(path, files)
+    skills = _manifest_skills(path)
+    return [Environment(p.stem, skills.get(p.name) or skill_from_name(p.stem), p.read_text()) for p in files]
+
+
+def _beside(path: Path, names: tuple[str, ...]) -> Path | None:
+    """The first of `names` in `path` or its parent (a released pool keeps them beside its `games/` folder)."""
+    return next((folder / name for folder in (path, path.parent) for name in names if (folder / name).is_file()), None)
+
+
+def verify_checksums(path: Path, files: list[Path]):
+    """Check every file of the pool that a `checksums.sha256` (sha256sum's format) beside it lists; a listed
+    file of the pool's folder that is missing is an error too (an interrupted download)."""
+    listing = _beside(path, ("checksums.sha256",))
+    if listing is None:
+        return
+    expected = {}
+    for line in filter(str.strip, listing.read_text().splitlines()):
+        digest, _, name = line.strip().partition(" ")
+        expected[(listing.parent / name.strip().lstrip("*")).resolve()] = digest.lower()
+    ours = {p.resolve() for p in files}
+    folder = path.resolve()
+    missing = [p.name for p in expected if p not in ours and folder in p.parents and p.suffix == ".py"]
+    wrong = [p.name for p in files if p.resolve() in expected
+             and hashlib.sha256(p.read_bytes()).hexdigest() != expected[p.resolve()]]
+    if missing or wrong:
+        raise ValueError(f"{path} does not match {listing}: {len(wrong)} file(s) differ "
+                         f"{wrong[:3]}, {len(missing)} listed file(s) missing {missing[:3]}; download the pool again")
+
+
+def _manifest_skills(path: Path) -> dict[str, str]:
+    """File name -> skill from a `manifest.jsonl`/`manifest.json` beside the files, for names that do not carry it."""
+    manifest = _beside(path, ("manifest.jsonl", "manifest.json"))
+    records = _records(manifest)[0] if manifest else []
+    records = records.get("environments", []) if isinstance(records, dict) else records
+    skills = {}
+    for record in filter(lambda r: isinstance(r, dict) and isinstance(r.get("skill"), str), records):
+        for key in FILE_KEYS:
+            if isinstance(record.get(key), str):
+                skills[Path(record[key]).name] = skill_of(record["skill"])
+    return skills
+
+
+def _distinct_ids(environments: list[Environment]) -> list[Environment]:
+    """Ids made unique (plays are grouped by id): a second `game_0001` becomes `game_0001_2`.
+
+    >>> [e.env_id for e in _distinct_ids([Environment("a", "x", ""), Environment("a", "x", "")])]
+    ['a', 'a_2']
+    """
+    taken = set()
+    for env in environments:
+        base, copies = env.env_id, 1
+        while env.env_id in taken:
+            copies += 1
+            env.env_id = f"{base}_{copies}"
+        taken.add(env.env_id)
+    return environments
+
+
 def load_pool(path, *, validate: bool = True) -> list[Environment]:
-    """Environments of a directory of .py files or a JSONL file; with `validate`, only those that
-    pass `sandbox.validate_env`. Prints "pool: N/M environments valid (K skipped lines)", and a
+    """Environments of a directory of .py files or a JSONL (or JSON list) file; with `validate`, only those
+    that pass `sandbox.validate_env`. Prints "pool: N/M environments valid (K skipped lines)", and a
     WARNING line with the first reasons when some fail: our gate is stricter than the paper's (it
-    also checks determinism), so it may drop released games that the official gate accepted."""
+    also checks determinism), so it may drop released games that the official gate accepted.
+    Raises ValueError when the files do not match the pool's checksums or none is valid."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"environment pool not found: {path} "
                                 "(expected a directory of .py files or a .jsonl file)")
-    candidates, skipped = (_read_directory(path), 0) if path.is_dir() else _read_jsonl(path)
+    try:
+        candidates, skipped = (_read_directory(path), 0) if path.is_dir() else _read_jsonl(path)
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        raise ValueError(f"{path} is not a pool (a directory of .py files, or JSON records with a `code` field): {e}")
+    candidates = _distinct_ids(candidates)
     valid, rejected = candidates, []
     if validate:
         # Imported here: loading the skill tables must not start the sandbox's fork server.
         from sandbox import validate_env
         valid = []
-        for env in candidates:
-            result = validate_env(env.code)
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as workers:  # a child process each
+            results = list(workers.map(validate_env, [env.code for env in candidates]))
+        for env, result in zip(candidates, results):
             if result.ok:
                 valid.append(Environment(env.env_id, env.skill, result.code))
             else:
@@ -119,4 +206,6 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
     if rejected:
         print(f"WARNING: {len(rejected)} of {len(candidates)} pool environments failed validation and are "
               "left out; the first: " + " | ".join(rejected[:3]), flush=True)
+    if not valid:
+        raise ValueError(f"no valid environment in {path}" + (f"; the first failure: {rejected[0]}" if rejected else ""))
     return valid

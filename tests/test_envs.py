@@ -12,6 +12,7 @@ Per environment:
 Run: `.venv/bin/python -m pytest tests/test_envs.py -q`
 """
 import ast
+import hashlib
 import itertools
 import json
 import random
@@ -532,3 +533,63 @@ def test_load_pool_missing_path(tmp_path):
     missing = tmp_path / "no_such_pool.jsonl"
     with pytest.raises(FileNotFoundError, match="no_such_pool.jsonl"):
         envs.load_pool(missing)
+
+
+def released_pool(root):
+    """A pool laid out as the authors release theirs (METHOD.md 10): games/ with game_<rollout>_<index>_<skill>.py
+    files, and beside it manifest.jsonl and checksums.sha256 (sha256sum's format, paths from the root)."""
+    games = root / "games"
+    games.mkdir(parents=True)
+    sources = sorted(ENV_DIR.glob("*_optimization.py")) + sorted(ENV_DIR.glob("*_pattern_recognition.py"))
+    lines, manifest = [], []
+    for index, source in enumerate(sources):
+        name = f"game_00007_{index:03d}_{envs.skill_slug(envs.skill_from_name(source.stem))}.py"
+        (games / name).write_bytes(source.read_bytes())
+        lines.append(f"{hashlib.sha256(source.read_bytes()).hexdigest()}  games/{name}")
+        manifest.append(json.dumps({"game_file": name, "skill": envs.skill_slug(envs.skill_from_name(source.stem))}))
+    (root / "checksums.sha256").write_text("\n".join(lines) + "\n")
+    (root / "manifest.jsonl").write_text("\n".join(manifest) + "\n")
+    return games, len(sources)
+
+
+def test_a_released_pool_loads_as_it_is_from_its_games_folder_or_its_root(tmp_path):
+    games, count = released_pool(tmp_path)
+    for path in (games, tmp_path):
+        pool = envs.load_pool(path)
+        assert len(pool) == count and {e.skill for e in pool} == {"Optimization", "Pattern Recognition"}
+        assert all(e.env_id.startswith("game_00007_") for e in pool)
+
+
+def test_a_pool_that_does_not_match_its_checksums_is_refused(tmp_path):
+    games, _ = released_pool(tmp_path)
+    first, second = sorted(games.glob("*.py"))[:2]
+    first.write_text(first.read_text() + "\n# changed\n")
+    second.unlink()
+    with pytest.raises(ValueError, match=r"1 file\(s\) differ \['game_00007_000_optimization.py'\], "
+                                         r"1 listed file\(s\) missing \['game_00007_001_optimization.py'\]"):
+        envs.load_pool(games)
+
+
+def test_skills_come_from_a_manifest_when_file_names_do_not_carry_them(tmp_path):
+    # The tool-use pool's files are game_000000.py; its records carry the skill as a slug.
+    (tmp_path / "game_000000.py").write_text((ENV_DIR / "shipping_choice_tool_selection.py").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps([{"file_name": "game_000000.py", "skill": "tool_selection"}]))
+    [env] = envs.load_pool(tmp_path)
+    assert (env.env_id, env.skill) == ("game_000000", "Tool Selection")
+
+
+def test_a_json_list_of_records_with_slug_skills_and_one_name_twice(tmp_path):
+    code = (ENV_DIR / "toll_roads_optimization.py").read_text()
+    records = [{"game_id": "game_000001", "file_name": "game_000001.py", "skill": "optimization", "code": code}] * 2
+    (tmp_path / "pool.json").write_text(json.dumps(records))
+    pool = envs.load_pool(tmp_path / "pool.json")
+    assert [(e.env_id, e.skill) for e in pool] == [("game_000001", "Optimization"), ("game_000001_2", "Optimization")]
+
+
+def test_a_pool_with_nothing_valid_is_an_error_not_an_empty_run(tmp_path):
+    (tmp_path / "pool.jsonl").write_text(json.dumps({"code": "class BrokenEnv:\n    def reset(self, seed=None:\n"}))
+    with pytest.raises(ValueError, match="no valid environment in .*pool.jsonl.*syntax"):
+        envs.load_pool(tmp_path / "pool.jsonl")
+    (tmp_path / "notes.jsonl").write_text("[1, 2")
+    with pytest.raises(ValueError, match="is not a pool"):
+        envs.load_pool(tmp_path / "notes.jsonl")

@@ -227,7 +227,7 @@ def test_a_thinking_episode_trains_each_turn_and_counts_once():
     # episode counts once in the batch mean. A turn with nothing to train on (a masked malformed tool
     # call) is no sample and takes no share.
     import agent
-    from batch import trained_agent_samples
+    from batch import num_agent_episodes, trained_agent_samples
     turn = lambda *mask: ([7] * len(mask), list(mask), [-0.5 * m for m in mask])
     thinking = agent.Episode("env", "Logic", hinted=False, seed=0, reward=1.0, status="terminated",
                              turns=[turn(0, 1, 1), turn(0, 0, 0), turn(0, 0, 1, 1), turn(0, 1)])
@@ -238,6 +238,13 @@ def test_a_thinking_episode_trains_each_turn_and_counts_once():
         t[:2] for t in (thinking.turns[0], thinking.turns[2], thinking.turns[3])] + [([5, 6], [0, 1])]
     assert [s.advantage for s in samples] == pytest.approx([1.0] * 3 + [-1.0])      # z-scores of rewards [1, 0]
     assert [s.weight for s in samples] == pytest.approx([1 / 3] * 3 + [1.0])
+    # The role scale's N_agent counts it once too; an episode with nothing generated is not counted, and
+    # a truncated one that the compact filter leaves out of training still is (METHOD 6.2 step 4).
+    empty = agent.Episode("env", "Logic", hinted=False, seed=2, tokens=[5], loss_mask=[0], logprobs=[0.0], reward=0.0,
+                          status="error")
+    truncated = agent.Episode("env", "Logic", hinted=False, seed=3, tokens=[5, 6], loss_mask=[0, 1],
+                              logprobs=[0.0, -0.1], reward=0.0, status="truncated")
+    assert num_agent_episodes([thinking, plain, empty, truncated]) == 3
 
 
 def test_failed_plays_are_dropped_and_hung_games_blacklisted():
@@ -259,24 +266,50 @@ def test_failed_plays_are_dropped_and_hung_games_blacklisted():
     assert hung == {"hangs"} and blacklist == {"earlier", "hangs"}
 
 
+def launch(args, world=2):
+    """spade.py started as `python spade.py` on a node with `world` GPUs would start it (launch.launch_ranks),
+    in a process group of its own as a terminal's job; gloo ranks on CPU."""
+    code = "import sys, launch; sys.exit(launch.launch_ranks(sys.argv[2:], int(sys.argv[1]), 'spade.py'))"
+    return subprocess.Popen([sys.executable, "-c", code, str(world), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def rank_pid(launcher_pid, rank):
+    """The process id of one rank, read off the environment of the launcher's children."""
+    for pid in subprocess.check_output(["ps", "--ppid", str(launcher_pid), "-o", "pid="], text=True).split():
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if f"RANK={rank}".encode() in environ:
+            return int(pid)
+    raise AssertionError(f"no rank {rank} among the launcher's children")
+
+
 def test_two_ranks_train_the_whole_batch_with_a_kl_reference(tmp_path):
-    # spade.py under torchrun's environment, two gloo ranks on CPU. Each rank runs the same rollouts and
-    # hands the whole batch to grpo.update, which splits it between the ranks itself; the KL reference is
-    # copied before sharding (FSDP2 modules cannot be deep-copied). One step, a regen step and the last:
-    # the epoch it opens is flushed then (METHOD 6.2 step 5), so the saved state has no open epoch.
-    from test_grpo import free_port
-    args = [*FAST, "--steps", "1", "--kl-coef", "0.005", "--out", str(tmp_path), "--run", "ranks"]
-    port = free_port()
-    processes = [subprocess.Popen([sys.executable, str(ROOT / "spade.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True,
-                                  env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
-                 for rank in (0, 1)]
-    outputs = [process.communicate(timeout=300)[0] for process in processes]
-    assert all(process.returncode == 0 for process in processes), outputs[0][-3000:] + outputs[1][-3000:]
+    # Each rank runs the same rollouts and hands the whole batch to grpo.update, which splits it between
+    # the ranks itself; the KL reference is copied before sharding (FSDP2 modules cannot be deep-copied).
+    # One step, a regen step and the last: the epoch it opens is flushed then (METHOD 6.2 step 5), so the
+    # saved state has no open epoch.
+    launcher = launch([*FAST, "--steps", "1", "--kl-coef", "0.005", "--out", str(tmp_path), "--run", "ranks"])
+    output = launcher.communicate(timeout=300)[0]
+    assert launcher.returncode == 0, output[-5000:]
     run_dir = tmp_path / "ranks"
     [step0] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert step0["grpo/num_samples"] == step0["agent/samples"] + step0.get("designer/samples", 0) > 0
     assert step0["grpo/kl"] == pytest.approx(0.0, abs=1e-6)    # the policy is still the initial model
     latest = json.loads((run_dir / "latest").read_text())
     assert torch.load(run_dir / latest["checkpoint"] / "state.pt", weights_only=False)["state"]["epoch"] is None
+
+
+def test_a_ctrl_c_that_reaches_one_rank_stops_every_rank_after_the_same_step(tmp_path):
+    # Ranks get a terminal's Ctrl-C at slightly different moments; here only rank 1 gets it at all. If each
+    # rank decided alone, rank 1 would save and leave while rank 0 waited for it in the next step's
+    # collectives (the launcher would then kill it: a non-zero exit). They decide together (launch.agreed).
+    args = [*FAST, "--pool", str(ROOT / "envs"), "--steps", "50", "--save-every", "100", "--out", str(tmp_path), "--run", "c"]
+    launcher = launch(args)
+    metrics, deadline = tmp_path / "c" / "metrics.jsonl", time.time() + 240
+    while time.time() < deadline and not metrics.exists():
+        time.sleep(0.2)
+    os.kill(rank_pid(launcher.pid, 1), signal.SIGINT)
+    output, _ = launcher.communicate(timeout=240)
+    assert launcher.returncode == 0, output[-5000:]
+    saved = json.loads((tmp_path / "c" / "latest").read_text())["step"]
+    assert 1 <= saved < 50 and f"interrupted: saved step {saved}" in output

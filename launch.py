@@ -1,0 +1,103 @@
+"""The processes of one run: one rank per GPU, and Ctrl-C that every rank obeys together.
+
+`python spade.py ...` on a node with several GPUs starts itself again once per GPU (`launch_ranks`),
+with the environment torchrun would give each rank (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT), so that a 30B model is sharded over the node instead of overflowing one GPU.
+`CUDA_VISIBLE_DEVICES=0 python spade.py` keeps to one GPU; `torchrun --nproc_per_node=N spade.py`
+works as well. We start the ranks ourselves rather than through torchrun for Ctrl-C: torchrun runs
+its workers in sessions of their own, forwards the signal and kills them 30 s later, mid-checkpoint
+for a large model; our ranks share the terminal's process group, so a Ctrl-C reaches each of them,
+and the launcher only waits. If a rank dies, the launcher stops the others (they would wait for it
+in a collective forever) and exits with that rank's status.
+
+    >>> rank_environment(1, 4, 29500)["LOCAL_RANK"], rank_environment(1, 4, 29500)["WORLD_SIZE"]
+    ('1', '4')
+
+Ctrl-C (`install_sigint_handler`): the first finishes the step and saves a checkpoint, the second
+stops at once. Ranks receive the signal at slightly different moments, so whether to stop after a
+step is decided by all of them together (`agreed`), or one rank would leave while the rest wait for
+it in the next step's collectives.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+
+def rank_environment(rank: int, world: int, port: int) -> dict[str, str]:
+    """What torchrun sets for a rank of a one-node run (OMP_NUM_THREADS=1 as torchrun does, unless set)."""
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) -> int:
+    """Run `python script argv` as `world` ranks of this node; returns the first failing rank's exit status,
+    or 0. Ctrl-C is left to the ranks (they share this process group); this process only waits."""
+    port = free_port()
+    ranks = [subprocess.Popen([sys.executable, script, *argv], env={**os.environ, **rank_environment(r, world, port)})
+             for r in range(world)]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        codes = [rank.poll() for rank in ranks]
+        failed = [code for code in codes if code not in (None, 0)]
+        if failed or all(code == 0 for code in codes):
+            break
+        time.sleep(poll_s)
+    for rank in ranks:  # a rank died: the others would wait for it forever
+        if rank.poll() is None:
+            rank.terminate()
+    for rank in ranks:
+        try:
+            rank.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            rank.kill()
+            rank.wait()
+    if failed:
+        print(f"launch: a rank exited with status {failed[0]}; stopped the others", file=sys.stderr, flush=True)
+    return failed[0] if failed else 0
+
+
+def setup_distributed():
+    """(rank, world size) of this process; joins the process group when started as a rank."""
+    if "RANK" not in os.environ:
+        return 0, 1
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def install_sigint_handler() -> threading.Event:
+    """First Ctrl-C: finish this step, checkpoint, exit. Second Ctrl-C: stop at once."""
+    stop = threading.Event()
+
+    def handler(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to abort)", flush=True)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def agreed(stop: threading.Event, world: int) -> bool:
+    """Whether any rank has been asked to stop: the same answer on every rank (a collective)."""
+    if world == 1:
+        return stop.is_set()
+    import torch
+    import torch.distributed as dist
+    flag = torch.tensor([int(stop.is_set())], device="cuda" if torch.cuda.is_available() else "cpu")
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())

@@ -1,0 +1,66 @@
+"""launch.py's supervision of ranks, with test-double rank scripts (a few lines of Python each).
+The real spade.py as two gloo ranks through launch_ranks is in test_spade.py."""
+import doctest
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import launch
+
+# A test double of a rank: rank 1 fails at once, the others would wait for it forever.
+ONE_RANK_DIES = """
+import os, sys, time
+if os.environ["RANK"] == "1":
+    sys.exit(3)
+time.sleep(600)
+"""
+# A test double of a rank that records its environment and how it was stopped.
+RECORDS_CTRL_C = """
+import os, signal, sys, time
+out = sys.argv[1] + "/rank" + os.environ["RANK"]
+def stopped(signum, frame):
+    open(out, "w").write(" ".join(os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")))
+    sys.exit(0)
+signal.signal(signal.SIGINT, stopped)
+open(out + ".ready", "w").close()
+time.sleep(600)
+"""
+
+
+def test_docstring_examples():
+    assert doctest.testmod(launch).failed == 0
+
+
+def test_a_rank_that_dies_takes_the_others_down_and_its_status_is_returned(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(ONE_RANK_DIES)
+    start = time.time()
+    assert launch.launch_ranks([], 3, str(script), poll_s=0.05) == 3
+    assert time.time() - start < 60   # not the 600 s the survivors would have waited
+
+
+def test_ctrl_c_to_the_terminal_reaches_every_rank_and_not_the_launcher(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(RECORDS_CTRL_C)
+    code = f"import sys, launch; sys.exit(launch.launch_ranks([{str(tmp_path)!r}], 2, {str(script)!r}, poll_s=0.05))"
+    launcher = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(launch.__file__),
+                                start_new_session=True)  # its own process group, as a terminal's job
+    deadline = time.time() + 60
+    while time.time() < deadline and not all((tmp_path / f"rank{r}.ready").exists() for r in (0, 1)):
+        time.sleep(0.05)
+    os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+    assert launcher.wait(timeout=60) == 0
+    seen = [(tmp_path / f"rank{r}").read_text().split() for r in (0, 1)]
+    assert [s[:3] for s in seen] == [["0", "0", "2"], ["1", "1", "2"]] and seen[0][3] == seen[1][3]
+
+
+def test_one_process_agrees_with_itself():
+    stop = launch.install_sigint_handler()
+    try:
+        assert launch.agreed(stop, 1) is False
+        stop.set()
+        assert launch.agreed(stop, 1) is True
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
