@@ -31,12 +31,23 @@ SHOWN = [("agent/reward", "reward", "{:+.3f}"), ("designer/reward", "designer", 
          ("rlve/mean_top_level", "rlve level", "{:.2f}"), ("grpo/loss", "loss", "{:+.4f}")]
 
 
+def eta(step_seconds, steps_left):
+    """Time left at the mean pace of the steps seen (regen steps included, so a whole epoch is the unit).
+
+    >>> eta([30.0, 10.0], 180), eta([2.0], 3), eta([1.0], 0)
+    ('1h00m', '6s', '0s')
+    """
+    seconds = round(sum(step_seconds) / len(step_seconds) * steps_left)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s")
+
+
 class Log:
     """Rank 0 prints one line per step and appends every metric to metrics.jsonl."""
 
     def __init__(self, run_dir, cfg, rank=0):
         self.run_dir, self.cfg, self.quiet = Path(run_dir), cfg, rank != 0
-        self.wandb = None
+        self.wandb, self.step_seconds = None, []
         if cfg.wandb and not self.quiet:
             import wandb
             self.wandb = wandb.init(project="spade", name=cfg.run, config=dataclasses.asdict(cfg))
@@ -56,8 +67,9 @@ class Log:
             return
         cells = [f"{label} {fmt.format(metrics[key])}" for key, label, fmt in SHOWN if key in metrics]
         phases = " ".join(f"{k[5:]} {v:.1f}s" for k, v in metrics.items() if k.startswith("time/"))
+        self.step_seconds.append(metrics["seconds"])
         print(f"step {metrics['step']:4d} | {metrics['seconds']:6.1f}s | " + " | ".join(cells)
-              + f" | {phases}", flush=True)
+              + f" | {phases} | eta {eta(self.step_seconds, self.cfg.steps - metrics['step'] - 1)}", flush=True)
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(metrics) + "\n")
         if self.wandb:

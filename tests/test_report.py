@@ -1,4 +1,5 @@
 """report.py: what Log writes is what the report reads, and the page shows environments and rejections."""
+import doctest
 import json
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -14,8 +15,8 @@ class FakeEpisode:  # the fields of agent.Episode that the log reads
     error: str = None
 
 
-def test_log_then_report(tmp_path):
-    cfg = SimpleNamespace(wandb=False, run="r")
+def test_log_then_report(tmp_path, capsys):
+    cfg = SimpleNamespace(wandb=False, run="r", steps=10)
     log = report.Log(tmp_path, cfg)
     env = SimpleNamespace(env_id="game_00000_000_optimization", skill="Optimization", code="class KnapEnv:\n    pass\n")
     epoch = dict(envs=[env], hints=["Weigh before you load."], rejected=[
@@ -26,9 +27,15 @@ def test_log_then_report(tmp_path):
     assert extra == {"designer/regret": 0.25, "designer/env_lines": 2.0}
     for step in range(3):
         log.step({"step": step, "seconds": 1.0, "agent/reward": 0.1 * step, "designer/valid_rate": 0.5, **extra})
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step")]
+    assert [line.rsplit("| ", 1)[1] for line in lines] == ["eta 9s", "eta 8s", "eta 7s"]  # 1 s a step, 10 steps
     report.main([str(tmp_path)])
     page = (tmp_path / "report" / "index.html").read_text()
     assert env.env_id in page and "Weigh before you load." in page and "class KnapEnv" in page
     assert "Rejected designer attempts (1)" in page and "SyntaxError: bad" in page and "\\boxed{x}" in page
     assert (tmp_path / "report" / "curriculum.png").stat().st_size > 10_000
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
+def test_docstring_examples():
+    assert doctest.testmod(report).failed == 0
