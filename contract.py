@@ -20,6 +20,7 @@ import ast
 import itertools
 import json
 import math
+import random
 import re
 import sys
 
@@ -248,6 +249,14 @@ def as_observation(obs, where):
 
 
 def play_reset(env, seed):
+    """reset(seed) of a played instance. The process's global RNGs are seeded from the play's seed first:
+    environments that draw from `random` or numpy's global generator in step() without seeding them
+    (dice, shuffles) then play the same for the same seed in every process, so that the ranks of a
+    multi-GPU run, which all play the same rollouts, stay in step. One instance per process here."""
+    if seed is not None:
+        import numpy
+        random.seed(seed)
+        numpy.random.seed(seed % 2**32)
     result = env.reset(seed=seed)
     if isinstance(result, str):
         return [as_observation(result, "reset()"), {}]

@@ -13,11 +13,20 @@ in a collective forever) and exits with that rank's status.
     >>> rank_environment(1, 4, 29500)["LOCAL_RANK"], rank_environment(1, 4, 29500)["WORLD_SIZE"]
     ('1', '4')
 
+Every rank plays the same rollouts (spade.py), which holds while environments behave the same in every
+process: the sandbox fixes the hash seed and seeds each play's global RNGs from its seed
+(contract.play_reset). What can still differ (an environment reading the clock, a deadline met on one
+rank only) would make the ranks ask the engine for different prompts, and a tensor-parallel engine or
+a sharded model would then hang in a collective; `RankAgreement` checks every `generate` call first
+and stops the run with an error instead.
+
 Ctrl-C (`install_sigint_handler`): the first finishes the step and saves a checkpoint, the second
 stops at once. Ranks receive the signal at slightly different moments, so whether to stop after a
 step is decided by all of them together (`agreed`), or one rank would leave while the rest wait for
 it in the next step's collectives.
 """
+import hashlib
+import json
 import os
 import signal
 import socket
@@ -101,3 +110,32 @@ def agreed(stop: threading.Event, world: int) -> bool:
     flag = torch.tensor([int(stop.is_set())], device="cuda" if torch.cuda.is_available() else "cpu")
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
+
+
+class RankAgreement:
+    """An engine whose `generate` first checks that every rank asks for the same prompts (a digest each)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def __getattr__(self, name):  # sleep, wake_up, load_weights, ...: the engine's own
+        return getattr(self.engine, name)
+
+    def generate(self, prompts, params):
+        if not same_on_every_rank(json.dumps(prompts).encode()):
+            raise RuntimeError("the ranks asked the engine for different prompts: an environment played differently "
+                               "in two processes (the clock, a deadline met on one rank only). Every rank must play "
+                               "the same rollouts; resume from the last checkpoint")
+        return self.engine.generate(prompts, params)
+
+
+def same_on_every_rank(data: bytes) -> bool:
+    """Whether every rank holds the same bytes: the min and max over ranks of a 64-bit digest agree."""
+    import torch
+    import torch.distributed as dist
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    digest = torch.tensor(list(hashlib.sha256(data).digest()[:8]), dtype=torch.int64, device=device)
+    low, high = digest.clone(), digest.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    return torch.equal(low, high)

@@ -78,12 +78,15 @@ MAX_REPLY_BYTES = 1 << 20          # observation + info, per reply
 KINDS = ("load", "contract", "timeout", "memory", "crash", "output")
 
 # Modules the zygote imports before any child exists (after the uid drop, imports of anything else
-# usually fail). METHOD 1.1's namespace, what its names need, and what hostile code reaches for.
+# usually fail). METHOD 1.1's namespace, what its names need, and what hostile code reaches for;
+# numpy.random with `secrets`, which its generators import on first use (without it every
+# `np.random.default_rng(seed)` failed); and what puzzle code imports besides (queue for a BFS).
 PRELOAD = """abc array base64 bisect calendar cmath codecs collections collections.abc copy csv
 ctypes dataclasses datetime decimal difflib encodings.idna encodings.latin_1 encodings.ascii
 encodings.utf_16 encodings.utf_32 enum fractions functools graphlib hashlib heapq io itertools json
 math numbers operator pprint random re socket statistics string struct subprocess textwrap time
-traceback types typing unicodedata uuid warnings weakref zlib _strptime numpy""".split()
+traceback types typing unicodedata uuid warnings weakref zlib _strptime numpy numpy.random secrets
+queue html shlex colorsys""".split()
 
 
 class SandboxError(Exception):
@@ -221,6 +224,18 @@ def _kill_group(pid):
             pass
 
 
+def sandbox_uid(number: int) -> int:
+    """The uid of a process's `number`th sandbox, from 100000 on. The ranks of a multi-GPU run each
+    have a range of their own, so that a sandbox cannot signal another rank's sandboxes either.
+
+    >>> sandbox_uid(0), sandbox_uid(60_001)
+    (100000, 100001)
+    """
+    rank, ranks = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    span = 60_000 // max(ranks, 1)
+    return 100_000 + rank * span + number % span
+
+
 class _Zygote:
     """The trainer's handle on its fork server (one per trainer process, started lazily)."""
     _instance, _lock = None, threading.Lock()
@@ -257,7 +272,7 @@ class _Zygote:
         return data
 
     def spawn(self, child_end, memory_mb, max_turns):
-        uid = 100_000 + next(self._uids) % 60_000   # a uid per sandbox: they cannot signal each other
+        uid = sandbox_uid(next(self._uids))          # a uid per sandbox: they cannot signal each other
         request = {"op": "spawn", "uid": uid, "memory_mb": memory_mb, "max_turns": max_turns}
         with self._lock:
             socket.send_fds(self.control, [json.dumps(request).encode()], [child_end.fileno()])

@@ -41,7 +41,7 @@ import designer_rewards   # pure reward math (no torch): safe to import before a
 import regret
 from batch import designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
 from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
-from launch import agreed, install_sigint_handler, launch_ranks, setup_distributed
+from launch import RankAgreement, agreed, install_sigint_handler, launch_ranks, setup_distributed
 
 ROOT = Path(__file__).resolve().parent
 
@@ -224,6 +224,7 @@ def main(argv=None):
             grpo.shard_model(module)
     kind = cfg.engine if cfg.engine != "auto" else ("vllm" if device == "cuda" and has_vllm() else "hf")
     gen = engine.make_engine(model, tokenizer, kind)
+    gen = RankAgreement(gen) if world > 1 else gen           # ranks must ask for the same prompts (launch.py)
     optimizer = grpo.make_optimizer(model, lr=cfg.lr)
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     designer_params = dataclasses.replace(agent_params, max_new_tokens=cfg.designer_max_tokens)

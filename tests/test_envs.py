@@ -593,3 +593,8 @@ def test_a_pool_with_nothing_valid_is_an_error_not_an_empty_run(tmp_path):
     (tmp_path / "notes.jsonl").write_text("[1, 2")
     with pytest.raises(ValueError, match="is not a pool"):
         envs.load_pool(tmp_path / "notes.jsonl")
+
+
+def test_docstring_examples():
+    import doctest
+    assert doctest.testmod(envs).failed == 0

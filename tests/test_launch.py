@@ -1,6 +1,7 @@
 """launch.py's supervision of ranks, with test-double rank scripts (a few lines of Python each).
 The real spade.py as two gloo ranks through launch_ranks is in test_spade.py."""
 import doctest
+import json
 import os
 import signal
 import subprocess
@@ -64,3 +65,38 @@ def test_one_process_agrees_with_itself():
         assert launch.agreed(stop, 1) is True
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class EchoEngine:
+    """A test double of an engine: the completion of a prompt is the prompt."""
+    sleeping = False
+
+    def generate(self, prompts, params):
+        return [list(p) for p in prompts]
+
+    def sleep(self):
+        self.sleeping = True
+
+
+def agreement_worker(rank, world, port, out):
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    engine, results = launch.RankAgreement(EchoEngine()), []
+    results.append(engine.generate([[1, 2], [3]], None))                 # the same on both ranks
+    engine.sleep()                                                       # the engine's own methods pass through
+    results.append(engine.engine.sleeping)
+    try:
+        engine.generate([[1, 2], [3 + rank]], None)                      # rank 1 diverged
+    except RuntimeError as e:
+        results.append(str(e))
+    open(f"{out}/rank{rank}.json", "w").write(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def test_ranks_that_ask_for_different_prompts_stop_with_an_error_not_a_hang(tmp_path):
+    import torch.multiprocessing as mp
+    mp.spawn(agreement_worker, args=(2, launch.free_port(), str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        same, slept, error = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert same == [[1, 2], [3]] and slept is True and "different prompts" in error

@@ -329,6 +329,39 @@ def test_play_time_coercion():
         assert box.step("a") == ("ok", 0.5, True, False, {"n": 3})
 
 
+def test_unseeded_randomness_in_step_plays_the_same_for_the_same_seed():
+    # Dice drawn from the global generators without seeding them: every sandbox is a fresh fork (Python
+    # reseeds `random` from the OS at fork), yet the ranks of a multi-GPU run must see the same plays.
+    code = env_code(step="import numpy\nreturn f'{random.random()} {numpy.random.rand()} {set(\"abcdef\")}', 0.0, False, False, {}")
+    plays = []
+    for seed in (7, 7, 8):
+        with EnvSandbox(code) as box:
+            box.reset(seed=seed)
+            plays.append([box.step("roll")[0] for _ in range(3)])
+    assert plays[0] == plays[1] and plays[0] != plays[2]
+
+
+def test_what_environments_commonly_import_loads():
+    # Each of these once failed in the child (imported lazily, after the uid drop made the interpreter's
+    # directory unreadable): numpy's generators import `secrets` on first use.
+    code = env_code(top="import numpy as np\nimport queue, html, shlex, colorsys",
+                    reset="rng = np.random.default_rng(seed)\nnp.random.seed(seed)\n"
+                          "return f'{rng.integers(6)} {np.random.RandomState(seed).randint(6)} {queue.Queue().qsize()}', {}")
+    assert validate_env(code).ok
+    with EnvSandbox(code) as box:
+        assert box.reset(seed=3)[0] == box.reset(seed=3)[0]
+
+
+def test_ranks_give_their_sandboxes_uids_of_their_own(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    ranges = []
+    for rank in range(8):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        ranges.append({sandbox.sandbox_uid(n) for n in range(20_000)})   # wraps around within its range
+    assert all(len(r) == 7_500 for r in ranges) and len(set.union(*ranges)) == 60_000
+    assert min(map(min, ranges)) == 100_000 and max(map(max, ranges)) == 159_999
+
+
 def test_max_turns_is_capped_at_25():
     with EnvSandbox(env_code(init="self.max_turns = 1000", reset="return str(self.max_turns), {}")) as box:
         assert box.reset()[0] == "25"
@@ -422,3 +455,9 @@ def test_parcel_desk_plays_to_a_win():
         assert "ALL STEPS COMPLETE" in box.call_tool("set_status", {"parcel_id": parcel, "status": "released"})
         assert "Error" in box.call_tool("no_such_tool", {})
         assert box.step("<answer>done</answer>")[1:3] == (1.0, True)
+
+
+def test_docstring_examples():
+    import doctest
+    import contract
+    assert doctest.testmod(sandbox).failed == 0 and doctest.testmod(contract).failed == 0
