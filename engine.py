@@ -17,6 +17,7 @@ has them), stop strings (generation stops on EOS tokens only), beam search, spec
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -116,6 +117,7 @@ class HFEngine:
     MoE models are not graphed unless asked (`cuda_graphs=True`): transformers' grouped_mm experts
     read nothing back to the host (a CPU test runs the step on fake tensors, dense and MoE), but
     capture has not run on a GPU yet (tests/test_engine.py tries it there).
+    Under FSDP2 (several ranks) the model is gathered whole for each call where memory allows (`gathered`).
     `sleep()`/`wake_up()` are no-ops: the weights are the trainer's own and no KV cache outlives a
     `generate` call.
     """
@@ -129,7 +131,7 @@ class HFEngine:
         self.cache_chunk, self.prefill_tokens, self.progress = cache_chunk, prefill_tokens, progress
         on_cuda = model.device.type == "cuda"
         import grpo
-        sharded = grpo.is_sharded(model)  # FSDP2 gathers the shards in every forward
+        sharded = grpo.is_sharded(model)  # FSDP2: the weights are gathered for a generate call (gathered)
         graphable = on_cuda and not sharded and not hasattr(model.config, "num_experts")
         self.cuda_graphs = graphable if cuda_graphs is None else cuda_graphs
         assert on_cuda or not self.cuda_graphs, "CUDA graphs need the model on CUDA"
@@ -159,7 +161,7 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()  # no dropout while sampling; the trainer's settings come back afterwards
         try:
-            with torch.no_grad(), attention.implementation(self.model, "decode"):
+            with torch.no_grad(), attention.implementation(self.model, "decode"), gathered(self.model):
                 return self._generate(prompts, params)
         finally:
             self.model.train(was_training)
@@ -259,6 +261,33 @@ class HFEngine:
                       f"now on: {str(error).splitlines()[0]}")
                 self.cuda_graphs = False
         return step
+
+
+@contextmanager
+def gathered(model):
+    """Under FSDP2, the whole model stays gathered for one `generate` call: its first forward all-gathers
+    every layer and the decode steps after it read local weights, instead of all-gathering the model
+    once per token. Only where the free memory holds the whole model twice over (the rest is the KV
+    cache's); afterwards everything is resharded and the layers reshard after each forward again, as
+    training wants (FSDP2's public `set_reshard_after_forward`, meant for evaluation like this)."""
+    import grpo
+    from torch.distributed.fsdp import FSDPModule
+    if not grpo.is_sharded(model):
+        yield
+        return
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())
+    if model.device.type == "cuda" and torch.cuda.mem_get_info()[0] < 2 * whole:
+        yield  # too big to hold whole beside a KV cache: every forward gathers layer by layer
+        return
+    model.set_reshard_after_forward(False)
+    try:
+        yield
+    finally:
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        for layer in model.model.layers:   # the root keeps FSDP2's own choice for it: not resharded
+            layer.set_reshard_after_forward(True, recurse=False)
 
 
 def _aligned(columns: int) -> int:

@@ -201,6 +201,48 @@ def test_load_weights_changes_generation_and_restoring_restores_it(tiny, prompts
         engine_.load_weights([("not.a.weight", torch.zeros(1))])
 
 
+def sharded_generate_worker(rank, world, port, path):
+    """One gloo rank: greedy generation from the FSDP2-sharded tiny model, noting after every layer's
+    forward whether its weights were still whole (FSDP2 reshards in its own post-forward hook, which runs
+    before ours)."""
+    import datetime
+    import torch.distributed as dist
+    import grpo
+    from torch.distributed.tensor import DTensor
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        model, tokenizer = load_model("tiny", device="cpu")
+        grpo.shard_model(model)
+        whole = []
+        for layer in model.model.layers:
+            layer.register_forward_hook(lambda m, i, o: whole.append(not isinstance(m.mlp.up_proj.weight, DTensor)))
+        prompts = [tokenizer.encode(text) for text in TEXTS]
+        completions = HFEngine(model, tokenizer).generate(prompts, SamplingParams(temperature=0, max_new_tokens=12))
+        resharded = all(isinstance(p, DTensor) for p in model.parameters())
+        model(input_ids=torch.tensor([prompts[0]]))  # training-style forward: layers reshard after it again
+        if rank == 0:
+            torch.save(dict(tokens=[c.token_ids for c in completions], whole=whole, resharded=resharded,
+                            after=whole[-2:]), path)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_sharded_model_generates_gathered_and_is_resharded_after(tiny, prompts, tmp_path):
+    # Under FSDP2 a generate call gathers the model once and decodes from local weights (no all-gather per
+    # token), gives the tokens of the unsharded model, and leaves the model sharded for training.
+    import torch.multiprocessing as mp
+    from test_grpo import free_port
+    mp.spawn(sharded_generate_worker, args=(2, free_port(), str(tmp_path / "out.pt")), nprocs=2)
+    out = torch.load(tmp_path / "out.pt")
+    model, tokenizer = tiny
+    alone = HFEngine(model, tokenizer).generate(prompts, SamplingParams(temperature=0, max_new_tokens=12))
+    assert out["tokens"] == [c.token_ids for c in alone]
+    assert len(out["whole"]) > 2 * 10 and all(out["whole"][:-2])   # every layer forward while generating
+    assert out["resharded"] and out["after"] == [False, False]
+
+
 def test_bfloat16_generation_runs(prompts):
     model, tokenizer = load_model("tiny", device="cpu", dtype=torch.bfloat16)
     params = SamplingParams(top_k=20, max_new_tokens=8, seed=0)
