@@ -51,9 +51,11 @@ def free_port() -> int:
 
 def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) -> int:
     """Run `python script argv` as `world` ranks of this node; returns the first failing rank's exit status,
-    or 0. Ctrl-C is left to the ranks (they share this process group); this process only waits."""
+    or 0. Ctrl-C is left to the ranks (they share this process group); this process only waits. Only rank
+    0 prints (the ranks play the same rollouts); every rank's errors (stderr) are shown."""
     port = free_port()
-    ranks = [subprocess.Popen([sys.executable, script, *argv], env={**os.environ, **rank_environment(r, world, port)})
+    ranks = [subprocess.Popen([sys.executable, script, *argv], env={**os.environ, **rank_environment(r, world, port)},
+                              stdout=None if r == 0 else subprocess.DEVNULL)   # the others' would repeat it
              for r in range(world)]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:

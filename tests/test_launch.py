@@ -25,6 +25,8 @@ def stopped(signum, frame):
     open(out, "w").write(" ".join(os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")))
     sys.exit(0)
 signal.signal(signal.SIGINT, stopped)
+print("rank", os.environ["RANK"], "ready", flush=True)
+print("rank", os.environ["RANK"], "error stream", file=sys.stderr, flush=True)
 open(out + ".ready", "w").close()
 time.sleep(600)
 """
@@ -47,12 +49,16 @@ def test_ctrl_c_to_the_terminal_reaches_every_rank_and_not_the_launcher(tmp_path
     script.write_text(RECORDS_CTRL_C)
     code = f"import sys, launch; sys.exit(launch.launch_ranks([{str(tmp_path)!r}], 2, {str(script)!r}, poll_s=0.05))"
     launcher = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(launch.__file__),
-                                start_new_session=True)  # its own process group, as a terminal's job
+                                start_new_session=True,  # its own process group, as a terminal's job
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while time.time() < deadline and not all((tmp_path / f"rank{r}.ready").exists() for r in (0, 1)):
         time.sleep(0.05)
     os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
-    assert launcher.wait(timeout=60) == 0
+    stdout, stderr = launcher.communicate(timeout=60)
+    assert launcher.returncode == 0
+    assert stdout.split("\n")[0] == "rank 0 ready" and "rank 1" not in stdout        # rank 0 alone prints
+    assert "rank 0 error stream" in stderr and "rank 1 error stream" in stderr   # errors of every rank show
     seen = [(tmp_path / f"rank{r}").read_text().split() for r in (0, 1)]
     assert [s[:3] for s in seen] == [["0", "0", "2"], ["1", "1", "2"]] and seen[0][3] == seen[1][3]
 
