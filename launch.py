@@ -57,7 +57,8 @@ def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) 
     ranks = [subprocess.Popen([sys.executable, script, *argv], env={**os.environ, **rank_environment(r, world, port)},
                               stdout=None if r == 0 else subprocess.DEVNULL)   # the others' would repeat it
              for r in range(world)]
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # after the ranks started: they must not inherit it
+    signal.signal(signal.SIGTERM, lambda signum, frame: [rank.terminate() for rank in ranks])  # `kill`: no orphans
     while True:
         codes = [rank.poll() for rank in ranks]
         failed = [code for code in codes if code not in (None, 0)]
@@ -75,7 +76,7 @@ def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) 
             rank.wait()
     if failed:
         print(f"launch: a rank exited with status {failed[0]}; stopped the others", file=sys.stderr, flush=True)
-    return failed[0] if failed else 0
+    return (failed[0] if failed[0] > 0 else 128 - failed[0]) if failed else 0   # killed by signal N: 128 + N
 
 
 def setup_distributed():

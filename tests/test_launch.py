@@ -106,3 +106,18 @@ def test_ranks_that_ask_for_different_prompts_stop_with_an_error_not_a_hang(tmp_
     for rank in (0, 1):
         same, slept, error = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert same == [[1, 2], [3]] and slept is True and "different prompts" in error
+
+
+def test_terminating_the_launcher_terminates_the_ranks(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(RECORDS_CTRL_C)
+    code = f"import sys, launch; sys.exit(launch.launch_ranks([{str(tmp_path)!r}], 2, {str(script)!r}, poll_s=0.05))"
+    launcher = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(launch.__file__),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not all((tmp_path / f"rank{r}.ready").exists() for r in (0, 1)):
+        time.sleep(0.05)
+    ranks = subprocess.check_output(["ps", "--ppid", str(launcher.pid), "-o", "pid="], text=True).split()
+    launcher.terminate()                     # `kill <launcher>`, as a job scheduler might
+    assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+    assert len(ranks) == 2 and not any(os.path.exists(f"/proc/{pid}") for pid in ranks)
