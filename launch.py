@@ -25,8 +25,8 @@ stops at once. Ranks receive the signal at slightly different moments, so whethe
 step is decided by all of them together (`agreed`), or one rank would leave while the rest wait for
 it in the next step's collectives.
 """
+import array
 import hashlib
-import json
 import os
 import signal
 import socket
@@ -125,7 +125,7 @@ class RankAgreement:
         return getattr(self.engine, name)
 
     def generate(self, prompts, params):
-        if not same_on_every_rank(json.dumps(prompts).encode()):
+        if not same_on_every_rank(b"".join(array.array("q", [len(p), *p]).tobytes() for p in prompts)):
             raise RuntimeError("the ranks asked the engine for different prompts: an environment played differently "
                                "in two processes (the clock, a deadline met on one rank only). Every rank must play "
                                "the same rollouts; resume from the last checkpoint")
