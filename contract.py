@@ -199,7 +199,10 @@ def load_env_class(code):
     module.ToolUseBaseEnv = ToolUseBaseEnv
     sys.modules["tool_use_base_env"] = module
     linecache.cache["<environment>"] = (len(code), None, code.splitlines(True), "<environment>")
-    ns = namespace()
+    environment = types.ModuleType("environment")
+    environment.__dict__.update(namespace())
+    sys.modules["environment"] = environment  # dataclasses resolve string annotations through their module
+    ns = environment.__dict__
     try:
         exec(compile(code, "<environment>", "exec"), ns)
     except MemoryError:

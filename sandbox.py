@@ -45,9 +45,9 @@ What each child gets (protected against; confine.py sets up the namespaces, limi
 What it does NOT protect against: syscalls in general (no seccomp filter: a kernel exploit
 escapes), reading world-readable files (/etc, the code of this project), CPU side channels, using
 the whole CPU for up to the deadline, or disk/memory pressure on the tmpfs up to its size. Imports
-of modules that the zygote has not preloaded usually fail after the uid drop (the interpreter's
-own directory is not readable by other users): environments get the standard library names of
-METHOD.md 1.1, which is what the designer prompt allows.
+of modules that the zygote has not preloaded fail after the uid drop where the interpreter's own
+directory is not readable by other users (elsewhere they work): PRELOAD holds the standard library
+that environment code was found to use, which is what the designer prompt allows.
 
 Every failure raises SandboxError with .kind in {"load", "contract", "timeout", "memory",
 "crash", "output"}; after it the child and its process group are dead and reaped and .alive is
@@ -77,16 +77,18 @@ from contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, Contrac
 MAX_REPLY_BYTES = 1 << 20          # observation + info, per reply
 KINDS = ("load", "contract", "timeout", "memory", "crash", "output")
 
-# Modules the zygote imports before any child exists (after the uid drop, imports of anything else
-# usually fail). METHOD 1.1's namespace, what its names need, and what hostile code reaches for;
-# numpy.random with `secrets`, which its generators import on first use (without it every
-# `np.random.default_rng(seed)` failed); and what puzzle code imports besides (queue for a BFS).
-PRELOAD = """abc array base64 bisect calendar cmath codecs collections collections.abc copy csv
-ctypes dataclasses datetime decimal difflib encodings.idna encodings.latin_1 encodings.ascii
-encodings.utf_16 encodings.utf_32 enum fractions functools graphlib hashlib heapq io itertools json
-math numbers operator pprint random re socket statistics string struct subprocess textwrap time
-traceback types typing unicodedata uuid warnings weakref zlib _strptime numpy numpy.random secrets
-queue html shlex colorsys""".split()
+# Modules the zygote imports before any child exists: after the uid drop an interpreter installed in a
+# directory other users cannot read (under /root, say) imports nothing else, and stdlib modules that
+# model-written code uses would fail to load on one machine and not on another. METHOD 1.1's
+# namespace and what its names need; what hostile code reaches for; numpy.random with `secrets`, which
+# its generators import on first use; `__future__` (`from __future__ import annotations` is an import);
+# every codec (`codecs.encode(s, "rot13")` looks its module up by name); and what environment code
+# commonly imports besides. An audit of 52 environments in the style of model output found these.
+PRELOAD = """__future__ abc array base64 bisect calendar cmath codecs collections collections.abc colorsys
+copy csv ctypes dataclasses datetime decimal difflib enum fractions functools graphlib hashlib heapq
+html io ipaddress itertools json logging math numbers operator pathlib pprint queue random re sched
+secrets shlex socket statistics string struct subprocess textwrap time traceback types typing
+unicodedata urllib.parse uuid warnings weakref zlib zoneinfo _strptime numpy numpy.random""".split()
 
 
 class SandboxError(Exception):
@@ -180,6 +182,12 @@ def _zygote_main(control_fd):
     """Serve spawn/reap requests from the trainer until its socket closes."""
     for name in PRELOAD:
         __import__(name)
+    import encodings, pkgutil
+    for codec in pkgutil.iter_modules(encodings.__path__):
+        try:
+            __import__(f"encodings.{codec.name}")
+        except ImportError:  # mbcs, oem: Windows only
+            pass
     isolation = isolate_zygote()
     control = socket.socket(fileno=control_fd)
     children = {}                                     # pid -> working directory

@@ -362,6 +362,28 @@ def test_ranks_give_their_sandboxes_uids_of_their_own(monkeypatch):
     assert min(map(min, ranges)) == 100_000 and max(map(max, ranges)) == 159_999
 
 
+def test_future_annotations_and_dataclasses_load():
+    # `from __future__ import annotations` is an import of a module (it failed after the uid drop where
+    # the interpreter is not world-readable), and dataclasses then resolve the string annotations
+    # through the class's module, which must exist in sys.modules.
+    example = (EXAMPLES / "vault_dial.py").read_text()
+    assert validate_env("from __future__ import annotations\n" + example).ok
+    code = "from __future__ import annotations\n" + env_code(
+        top="from dataclasses import dataclass, field\n\n@dataclass\nclass Board:\n    cells: list[int] = field(default_factory=list)",
+        reset="return str(Board([1, 2])), {}")
+    with EnvSandbox(code) as box:
+        assert box.reset()[0] == "Board(cells=[1, 2])"
+
+
+def test_standard_library_modules_and_codecs_load_whoever_installed_python():
+    code = env_code(top="import logging, pathlib, zoneinfo, ipaddress, sched, codecs\nfrom urllib.parse import urlencode",
+                    reset="return ' '.join([codecs.encode('abc', 'rot13'), b'xn--bcher-kva'.decode('idna'), "
+                          "'é'.encode('cp437').decode('cp437'), urlencode({'a': 1}), str(ipaddress.ip_address('10.0.0.1'))]), {}")
+    assert validate_env(code).ok
+    with EnvSandbox(code) as box:
+        assert box.reset()[0] == "nop bücher é a=1 10.0.0.1"
+
+
 def test_max_turns_is_capped_at_25():
     with EnvSandbox(env_code(init="self.max_turns = 1000", reset="return str(self.max_turns), {}")) as box:
         assert box.reset()[0] == "25"
