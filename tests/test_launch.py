@@ -26,7 +26,7 @@ def stopped(signum, frame):
     sys.exit(0)
 signal.signal(signal.SIGINT, stopped)
 print("rank", os.environ["RANK"], "ready", flush=True)
-print("rank", os.environ["RANK"], "error stream", file=sys.stderr, flush=True)
+os.write(2, f"rank {os.environ['RANK']} error stream\\n".encode())  # one write: the ranks share the pipe
 open(out + ".ready", "w").close()
 time.sleep(600)
 """
