@@ -14,10 +14,10 @@ Deliberately not here: paged attention, prefix sharing and continuous batching i
 has them), stop strings (generation stops on EOS tokens only), beam search, speculative decoding.
 """
 
+import contextlib
 import os
 import re
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -131,8 +131,8 @@ class HFEngine:
         self.cache_chunk, self.prefill_tokens, self.progress = cache_chunk, prefill_tokens, progress
         on_cuda = model.device.type == "cuda"
         import grpo
-        sharded = grpo.is_sharded(model)  # FSDP2: the weights are gathered for a generate call (gathered)
-        graphable = on_cuda and not sharded and not hasattr(model.config, "num_experts")
+        self.sharded = grpo.is_sharded(model)  # FSDP2: the weights are gathered for a generate call (gathered)
+        graphable = on_cuda and not self.sharded and not hasattr(model.config, "num_experts")
         self.cuda_graphs = graphable if cuda_graphs is None else cuda_graphs
         assert on_cuda or not self.cuda_graphs, "CUDA graphs need the model on CUDA"
         self.stop_check = stop_check or (8 if on_cuda else 1)
@@ -161,7 +161,8 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()  # no dropout while sampling; the trainer's settings come back afterwards
         try:
-            with torch.no_grad(), attention.implementation(self.model, "decode"), gathered(self.model):
+            whole = gathered(self.model) if self.sharded else contextlib.nullcontext()
+            with torch.no_grad(), attention.implementation(self.model, "decode"), whole:
                 return self._generate(prompts, params)
         finally:
             self.model.train(was_training)
@@ -263,18 +264,14 @@ class HFEngine:
         return step
 
 
-@contextmanager
+@contextlib.contextmanager
 def gathered(model):
-    """Under FSDP2, the whole model stays gathered for one `generate` call: its first forward all-gathers
+    """A sharded (FSDP2) model stays gathered for one `generate` call: its first forward all-gathers
     every layer and the decode steps after it read local weights, instead of all-gathering the model
     once per token. Only where the free memory holds the whole model twice over (the rest is the KV
     cache's); afterwards everything is resharded and the layers reshard after each forward again, as
     training wants (FSDP2's public `set_reshard_after_forward`, meant for evaluation like this)."""
-    import grpo
     from torch.distributed.fsdp import FSDPModule
-    if not grpo.is_sharded(model):
-        yield
-        return
     whole = sum(p.numel() * p.element_size() for p in model.parameters())
     if model.device.type == "cuda" and torch.cuda.mem_get_info()[0] < 2 * whole:
         yield  # too big to hold whole beside a KV cache: every forward gathers layer by layer

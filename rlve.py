@@ -157,5 +157,6 @@ def play(problems, engine, tokenizer, plays, *, params, max_context=32768, max_n
                      num_episodes=len(episodes), num_generated_tokens=sum(e.num_generated_tokens for e in episodes))
     return episodes
 
+
 def _user(problem):
     return {"role": "user", "content": f"{problem.prompt}\n\n{GAME_INSTRUCTION}"}

@@ -8,7 +8,8 @@ import torch.distributed as dist
 
 import checkpoint
 import grpo
-from test_grpo import fsdp_samples, fsdp_worker, free_port, tiny_model
+from launch import free_port
+from test_grpo import fsdp_samples, fsdp_worker, tiny_model
 
 
 def local(tensor):

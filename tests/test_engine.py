@@ -233,7 +233,7 @@ def test_a_sharded_model_generates_gathered_and_is_resharded_after(tiny, prompts
     # Under FSDP2 a generate call gathers the model once and decodes from local weights (no all-gather per
     # token), gives the tokens of the unsharded model, and leaves the model sharded for training.
     import torch.multiprocessing as mp
-    from test_grpo import free_port
+    from launch import free_port
     mp.spawn(sharded_generate_worker, args=(2, free_port(), str(tmp_path / "out.pt")), nprocs=2)
     out = torch.load(tmp_path / "out.pt")
     model, tokenizer = tiny

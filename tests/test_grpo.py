@@ -3,7 +3,6 @@ one optimizer step, FSDP2 (gloo, 2 CPU processes) == one process, and a small le
 import datetime
 import dataclasses
 import math
-import socket
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ import torch.nn.functional as F
 
 import attention
 import grpo
+from launch import free_port
 import packing
 from grpo import Sample
 
@@ -382,12 +382,6 @@ def fsdp_worker(rank, world_size, port, path, run=fsdp_update, timeout_s=120):
             torch.save(result, path)
     finally:
         dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("fused_loss", [False, True], ids=["logprobs-then-loss", "fused-loss"])
