@@ -162,6 +162,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--resume", "/nonexistent/run"], "no checkpoint to resume"),
     (["--thinking", "maybe"], "--thinking must be on, off or auto"),
     (["--rlve", "--pool", str(ROOT / "envs")], "--rlve and --pool are two baselines"),
+    (["--pool", str(ROOT / "README.md")], "no valid environment in"),         # no record holds code
 ])
 def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     result = spade("--model", "tiny", "--out", str(tmp_path), *args, timeout=120,
