@@ -101,14 +101,16 @@ def load_optimizer(optimizer, directory, rank):
     optimizer.load_state_dict(torch.load(directory / f"optimizer-rank{rank}.pt", weights_only=False))
 
 
-def kl_reference(cfg, model, resumed):
+def kl_reference(cfg, model, resumed, sharded=False):
     """The frozen initial model of the KL term (METHOD 7.2), or None when kl_coef is 0. A resumed
     policy holds trained weights, so the reference is then loaded from cfg.model (the saved config
-    keeps the initial name). Built before `shard_model`, and sharded the same way by the caller."""
-    import engine
+    keeps the initial name); so it is with several ranks (`sharded`), where FSDP2 modules cannot be
+    copied and the reference is loaded sharded like the policy (models.load_sharded)."""
     import grpo
+    import models
     if not cfg.kl_coef:
         return None
-    if not resumed:
+    if not resumed and not sharded:
         return grpo.frozen_copy(model)
-    return engine.load_model(cfg.model)[0].eval().requires_grad_(False)   # already a copy of its own
+    load = models.load_sharded if sharded else models.load_model
+    return load(cfg.model)[0].eval().requires_grad_(False)   # a copy of its own

@@ -5,8 +5,8 @@ paper (global batch = rollout batch). Top to bottom: `Sample`; the loss as small
 log-probs from the final hidden states of a micro-batch (packing.py: one packed row with
 variable-length attention on CUDA, attention.py, or length-sorted padded rows with SDPA elsewhere)
 through kernels.py (no [tokens x vocabulary] logits on CUDA; there the loss and its gradients are
-formed in one sweep, `fused_grpo_loss`); `make_optimizer` (8-bit AdamW), `update`, `shard_model`
-(FSDP2 under torchrun) and `push_weights`.
+formed in one sweep, `fused_grpo_loss`); `make_optimizer` (8-bit AdamW), `update` and `push_weights`
+(FSDP2's sharding is models.shard_model).
 
 Tests: `python -m pytest tests/test_grpo.py -q`.
 
@@ -260,8 +260,8 @@ def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1):
 
 
 def frozen_copy(model):
-    """The KL reference (a frozen copy of the initial policy). Build it only when kl_coef != 0 (it costs
-    a model's memory), before `shard_model`, and shard it the same way."""
+    """The KL reference (a frozen copy of the initial policy) of one process. Build it only when
+    kl_coef != 0: it costs a model's memory. (Several ranks load it sharded: checkpoint.kl_reference.)"""
     reference = copy.deepcopy(model).eval()
     return reference.requires_grad_(False)
 
@@ -370,22 +370,6 @@ def is_sharded(model) -> bool:
     vLLM initialises a one-process group of its own in a plain single-process run."""
     from torch.distributed.tensor import DTensor
     return any(isinstance(p, DTensor) for p in model.parameters())
-
-
-def shard_model(model):
-    """FSDP2: each decoder layer is its own unit, the rest (embeddings, final norm, lm_head) the root.
-
-    Needs torch.distributed initialised (torchrun). Parameter names are unchanged, so checkpoints and
-    `push_weights` see the same names as in one process.
-    """
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    assert dist.is_initialized(), "shard_model needs torch.distributed: run under torchrun"
-    mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (dist.get_world_size(),))
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    return model
 
 
 def full_named_parameters(model) -> Iterator[tuple[str, torch.Tensor]]:

@@ -26,7 +26,9 @@ that the episode counts once (agent.py). The two baselines replace the designer:
 GRPO) and --rlve (RLVE's environments with their adaptive difficulty, rlve.py).
 """
 import argparse
+import contextlib
 import dataclasses
+import importlib.util
 import inspect
 import json
 import os
@@ -191,7 +193,7 @@ def main(argv=None):
         # ("'Tensor' object has no attribute 'codes'"). Read once, when torch is imported: set it first.
         os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
     import torch
-    import agent, designer, engine, grpo, report
+    import agent, designer, engine, grpo, models, report
     from corpus import builtin_corpus, load_corpus
     from envs import load_pool
     rank, world = setup_distributed()
@@ -213,16 +215,14 @@ def main(argv=None):
 
     # --- the model, its two views (trainer + engine), the KL reference, the optimizer ---------------
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    load = models.load_sharded if world > 1 else models.load_model   # several ranks: FSDP2 shards
     try:
-        model, tokenizer = engine.load_model(str(checkpoint / "model") if checkpoint else cfg.model)
-        ref_model = kl_reference(cfg, model, resumed=checkpoint is not None)
-    except (OSError, ValueError, engine.ModelLoadError) as e:   # an unknown model: one sentence, no trace
+        model, tokenizer = load(str(checkpoint / "model") if checkpoint else cfg.model)
+        ref_model = kl_reference(cfg, model, resumed=checkpoint is not None, sharded=world > 1)
+    except (OSError, ValueError, models.ModelLoadError) as e:   # an unknown model: one sentence, no trace
         raise SystemExit(f"spade.py: {e}")
-    for module in filter(None, (model, ref_model)):  # sharded after the copy: FSDP2 modules cannot be copied
-        module.to(device)
-        if world > 1:
-            grpo.shard_model(module)
-    kind = cfg.engine if cfg.engine != "auto" else ("vllm" if device == "cuda" and has_vllm() else "hf")
+    vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
+    kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
     gen = engine.make_engine(model, tokenizer, kind)
     gen = RankAgreement(gen) if world > 1 else gen           # ranks must ask for the same prompts (launch.py)
     optimizer = grpo.make_optimizer(model, lr=cfg.lr)
@@ -377,10 +377,6 @@ def play_rlve(cfg, state, gen, tokenizer, params, stats):
     return played
 
 
-
-
-
-
 def remember_new_envs(epoch, rewards, episodes, memory, log, step):
     """Memory records each new environment with its win rate and raw regret at the regen step
     (METHOD 8); the step's samples are dumped for people. Returns the dump's metrics."""
@@ -398,8 +394,6 @@ def remember_new_envs(epoch, rewards, episodes, memory, log, step):
     return metrics
 
 
-
-
 def next_from_pool(pool, state, n):
     """Fixed-pool baseline: n environments without replacement, reshuffled when exhausted."""
     chosen = []
@@ -411,20 +405,12 @@ def next_from_pool(pool, state, n):
     return chosen
 
 
-class timer:
-    def __init__(self, times, name):
-        self.times, self.name = times, name
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        self.times[self.name] = self.times.get(self.name, 0.0) + time.perf_counter() - self.start
-
-
-def has_vllm():
-    import importlib.util
-    return importlib.util.find_spec("vllm") is not None
+@contextlib.contextmanager
+def timer(times, name):
+    """Adds the block's wall time to times[name] (a phase may run twice in a step)."""
+    start = time.perf_counter()
+    yield
+    times[name] = times.get(name, 0.0) + time.perf_counter() - start
 
 
 if __name__ == "__main__":

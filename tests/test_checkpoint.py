@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 import checkpoint
 import grpo
+import models
 from launch import free_port
 from test_grpo import fsdp_samples, fsdp_worker, tiny_model
 
@@ -26,7 +27,7 @@ def optimizer_round_trip(directory, model):
     grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
     checkpoint.save_optimizer(optimizer, directory, rank)
     dist.barrier()
-    fresh = grpo.shard_model(tiny_model())
+    fresh = models.shard_model(tiny_model())
     fresh_optimizer = grpo.make_optimizer(fresh, lr=1e-3)
     checkpoint.load_optimizer(fresh_optimizer, directory, rank)
     worst = 0.0

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import engine
+import models
 from engine import Completion, HFEngine, ModelLoadError, SamplingParams, load_model, resolve_model_name
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
@@ -207,14 +208,13 @@ def sharded_generate_worker(rank, world, port, path):
     before ours)."""
     import datetime
     import torch.distributed as dist
-    import grpo
     from torch.distributed.tensor import DTensor
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
                             timeout=datetime.timedelta(seconds=120))
     try:
         model, tokenizer = load_model("tiny", device="cpu")
-        grpo.shard_model(model)
+        models.shard_model(model)
         whole = []
         for layer in model.model.layers:
             layer.register_forward_hook(lambda m, i, o: whole.append(not isinstance(m.mlp.up_proj.weight, DTensor)))
@@ -241,6 +241,53 @@ def test_a_sharded_model_generates_gathered_and_is_resharded_after(tiny, prompts
     assert out["tokens"] == [c.token_ids for c in alone]
     assert len(out["whole"]) > 2 * 10 and all(out["whole"][:-2])   # every layer forward while generating
     assert out["resharded"] and out["after"] == [False, False]
+
+
+def load_sharded_worker(rank, world, port, path):
+    """One gloo rank: the tiny model through models.load_sharded, where only rank 0 may read a checkpoint."""
+    import datetime
+    import torch.distributed as dist
+    import grpo
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        if rank != 0:   # a test double: any read of the model by another rank fails the test
+            models.load_model = lambda *args, **kwargs: pytest.fail("a rank other than 0 loaded the model")
+        model, tokenizer = models.load_sharded("tiny", device="cpu")
+        weights = {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
+        ids = torch.tensor([tokenizer.encode("<|im_start|>user\nHi there<|im_end|>")])
+        logits = model(input_ids=ids).logits
+        try:
+            models.load_sharded("random-no-such-shape")
+            error = None
+        except ModelLoadError as e:
+            error = str(e)
+        torch.save(dict(weights=weights, buffers=dict(model.named_buffers()), logits=logits.detach(), ids=ids,
+                        template=tokenizer.chat_template, eos=model.generation_config.eos_token_id,
+                        error=error), f"{path}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_load_sharded_reads_on_rank_0_and_gives_every_rank_the_same_model(tmp_path):
+    # Several ranks: rank 0 alone reads the model; the others build it on the meta device and receive
+    # their shards and the buffers that no state dict holds (the rotary frequencies), so every rank
+    # computes the logits of the model loaded in one process; a failed load is an error on every rank.
+    import torch.multiprocessing as mp
+    from launch import free_port
+    mp.spawn(load_sharded_worker, args=(2, free_port(), str(tmp_path / "out")), nprocs=2)
+    alone, tokenizer = load_model("tiny", device="cpu")
+    for rank in (0, 1):
+        out = torch.load(tmp_path / f"out.{rank}")
+        assert out["weights"].keys() == dict(alone.named_parameters()).keys()
+        for name, param in alone.named_parameters():
+            assert torch.equal(out["weights"][name], param), name
+        for name, buffer in alone.named_buffers():
+            assert torch.equal(out["buffers"][name], buffer), name
+        torch.testing.assert_close(out["logits"], alone(input_ids=out["ids"]).logits, rtol=1e-5, atol=1e-5)
+        assert out["template"] == tokenizer.chat_template and out["eos"] == alone.generation_config.eos_token_id
+        assert "unknown random model" in out["error"]
 
 
 def test_bfloat16_generation_runs(prompts):

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import attention
 import grpo
+import models
 from launch import free_port
 import packing
 from grpo import Sample
@@ -377,7 +378,7 @@ def fsdp_worker(rank, world_size, port, path, run=fsdp_update, timeout_s=120):
     dist.init_process_group("gloo", rank=rank, world_size=world_size, init_method=f"tcp://127.0.0.1:{port}",
                             timeout=datetime.timedelta(seconds=timeout_s))  # a rank mismatch fails, not hangs
     try:
-        result = run(grpo.shard_model(tiny_model()))
+        result = run(models.shard_model(tiny_model()))
         if rank == 0:
             torch.save(result, path)
     finally:

@@ -286,7 +286,8 @@ def rank_pid(launcher_pid, rank):
 
 def test_two_ranks_train_the_whole_batch_with_a_kl_reference(tmp_path):
     # Each rank runs the same rollouts and hands the whole batch to grpo.update, which splits it between
-    # the ranks itself; the KL reference is copied before sharding (FSDP2 modules cannot be deep-copied).
+    # the ranks itself; the KL reference is loaded sharded like the policy (models.load_sharded), so its KL
+    # to the untrained policy is 0.
     # One step, a regen step and the last: the epoch it opens is flushed then (METHOD 6.2 step 5), so the
     # saved state has no open epoch.
     launcher = launch([*FAST, "--steps", "1", "--kl-coef", "0.005", "--out", str(tmp_path), "--run", "ranks"])
