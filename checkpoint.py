@@ -70,8 +70,8 @@ def restore(checkpoint, optimizer, memory, corpus, rank):
 
 def full_model_state(model):
     """None in one process (save_pretrained reads the model); the gathered state dict under FSDP2."""
-    import grpo
-    if not grpo.is_sharded(model):
+    import models
+    if not models.is_sharded(model):
         return None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -27,8 +27,8 @@ from transformers import StaticCache
 
 import attention
 
-from models import (ALIASES, CHAT_TEMPLATE, RANDOM_SHAPES, ModelLoadError, load_model,  # noqa: F401
-                    random_model, resolve_model_name, tiny_model, tiny_tokenizer)
+from models import (ALIASES, CHAT_TEMPLATE, RANDOM_SHAPES, ModelLoadError, gathered, is_sharded,  # noqa: F401
+                    load_model, random_model, resolve_model_name, tiny_model, tiny_tokenizer)
 
 # Nucleus sampling without top-k applies top_p within the 1024 most likely tokens (a bounded top-k
 # instead of a sort of the whole vocabulary); the mass beyond them is ignored. At top_p <= 0.95 on
@@ -50,7 +50,6 @@ class Completion:
     token_ids: list[int]  # the new tokens, including the final EOS when it stopped on one
     logprobs: list[float]  # log-prob of each token under the processed sampling distribution
     finish_reason: str  # "stop" (EOS) or "length"
-
 
 
 def default_eos_token_ids(model, tokenizer) -> set[int]:
@@ -117,7 +116,7 @@ class HFEngine:
     MoE models are not graphed unless asked (`cuda_graphs=True`): transformers' grouped_mm experts
     read nothing back to the host (a CPU test runs the step on fake tensors, dense and MoE), but
     capture has not run on a GPU yet (tests/test_engine.py tries it there).
-    Under FSDP2 (several ranks) the model is gathered whole for each call where memory allows (`gathered`).
+    Under FSDP2 (several ranks) the model is gathered whole for each call where memory allows (`models.gathered`).
     `sleep()`/`wake_up()` are no-ops: the weights are the trainer's own and no KV cache outlives a
     `generate` call.
     """
@@ -130,8 +129,7 @@ class HFEngine:
         assert layer_types == {"full_attention"}, f"HFEngine supports full attention only, not {layer_types}"
         self.cache_chunk, self.prefill_tokens, self.progress = cache_chunk, prefill_tokens, progress
         on_cuda = model.device.type == "cuda"
-        import grpo
-        self.sharded = grpo.is_sharded(model)  # FSDP2: the weights are gathered for a generate call (gathered)
+        self.sharded = is_sharded(model)  # FSDP2: the weights are gathered for a generate call (gathered)
         graphable = on_cuda and not self.sharded and not hasattr(model.config, "num_experts")
         self.cuda_graphs = graphable if cuda_graphs is None else cuda_graphs
         assert on_cuda or not self.cuda_graphs, "CUDA graphs need the model on CUDA"
@@ -262,29 +260,6 @@ class HFEngine:
                       f"now on: {str(error).splitlines()[0]}")
                 self.cuda_graphs = False
         return step
-
-
-@contextlib.contextmanager
-def gathered(model):
-    """A sharded (FSDP2) model stays gathered for one `generate` call: its first forward all-gathers
-    every layer and the decode steps after it read local weights, instead of all-gathering the model
-    once per token. Only where the free memory holds the whole model twice over (the rest is the KV
-    cache's); afterwards everything is resharded and the layers reshard after each forward again, as
-    training wants (FSDP2's public `set_reshard_after_forward`, meant for evaluation like this)."""
-    from torch.distributed.fsdp import FSDPModule
-    whole = sum(p.numel() * p.element_size() for p in model.parameters())
-    if model.device.type == "cuda" and torch.cuda.mem_get_info()[0] < 2 * whole:
-        yield  # too big to hold whole beside a KV cache: every forward gathers layer by layer
-        return
-    model.set_reshard_after_forward(False)
-    try:
-        yield
-    finally:
-        for module in model.modules():
-            if isinstance(module, FSDPModule):
-                module.reshard()
-        for layer in model.model.layers:   # the root keeps FSDP2's own choice for it: not resharded
-            layer.set_reshard_after_forward(True, recurse=False)
 
 
 def _aligned(columns: int) -> int:

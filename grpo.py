@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 import attention
+import models
 import packing
 
 
@@ -245,7 +246,7 @@ def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1):
               dict(params=[p for _, p in params if p.ndim < 2], weight_decay=0.0)]
     bf16 = any(p.dtype == torch.bfloat16 for _, p in params)
     torchao_spec = importlib.util.find_spec("torchao")
-    if is_sharded(model) or (bf16 and torchao_spec is not None):
+    if models.is_sharded(model) or (bf16 and torchao_spec is not None):
         if torchao_spec is not None:
             from torchao.optim import AdamW8bit
             return AdamW8bit(groups, lr=lr, betas=betas, bf16_stochastic_round=bf16)
@@ -363,13 +364,6 @@ def update(model, optimizer, samples: list[Sample], *, micro_token_budget=16384,
     optimizer.zero_grad(set_to_none=True)
     stats.update(grad_norm=grad_norm, seconds=time.perf_counter() - start)
     return stats
-
-
-def is_sharded(model) -> bool:
-    """Whether FSDP2 sharded the model (its parameters are DTensors). Not `dist.is_initialized()`:
-    vLLM initialises a one-process group of its own in a plain single-process run."""
-    from torch.distributed.tensor import DTensor
-    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def full_named_parameters(model) -> Iterator[tuple[str, torch.Tensor]]:

@@ -8,8 +8,13 @@ dense or MoE, and a byte-level tokenizer built in code, for tests);
 `random-qwen3-1.7b|8b|30b-a3b[:layers]` (real shapes with random weights, for measuring where no
 weights can be downloaded). Every tokenizer gets a chat template that renders `tools=`. Generation
 lives in engine.py.
+
+With several ranks (launch.py) the model is FSDP2-sharded: `load_sharded` loads it so (rank 0 reads,
+every rank receives its shards), `shard_model` shards one already loaded, `is_sharded` tells, and
+`gathered` keeps one whole for a generate call.
 """
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -123,64 +128,6 @@ def load_model(name: str, *, dtype: torch.dtype | None = None, device: str | Non
     return model.to(device), tokenizer
 
 
-def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | None = None):
-    """`load_model` for a run of several ranks: the model comes out sharded with FSDP2 (`shard_model`).
-
-    Rank 0 alone reads the checkpoint, into host memory. Every rank builds the same model on the meta
-    device, shards it, and receives its shard of each tensor from rank 0, one full tensor at a time
-    (torch's `set_model_state_dict(..., broadcast_from_rank0=True)`). So a node holds one host copy
-    of the weights, not one per rank, and no GPU ever holds the whole model: loading a whole
-    Qwen3-30B-A3B (61 GB in bf16) on each of 8 x 80 GB GPUs before sharding leaves no room for the
-    KL reference's second copy. A load that fails on rank 0 fails on every rank with its message.
-    """
-    import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
-    full, shared = None, [None]
-    if dist.get_rank() == 0:
-        try:
-            full, tokenizer = load_model(name, dtype=dtype, device="cpu")
-            shared = [(full.config, full.generation_config, full.name_or_path, tokenizer)]
-        except (OSError, ValueError, ModelLoadError) as error:
-            shared = [ModelLoadError(str(error))]
-    dist.broadcast_object_list(shared, src=0)   # the structure (and tokenizer) rank 0 loaded, or its error
-    if isinstance(shared[0], ModelLoadError):
-        raise shared[0]
-    config, generation_config, name_or_path, tokenizer = shared[0]
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.generation_config, model.name_or_path = generation_config, name_or_path
-    shard_model(model)
-    model.to_empty(device=device)
-    set_model_state_dict(model, full.state_dict() if full is not None else {},
-                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    with torch.no_grad():
-        for key, buffer in model.named_buffers():   # rotary frequencies: buffers outside any state dict
-            if full is not None:
-                buffer.copy_(full.get_buffer(key))
-            dist.broadcast(buffer, src=0)
-    return model, tokenizer
-
-
-def shard_model(model):
-    """FSDP2: each decoder layer is its own unit, the rest (embeddings, final norm, lm_head) the root.
-
-    Needs torch.distributed initialised (a rank: launch.py or torchrun). Parameter names are unchanged,
-    so checkpoints and `push_weights` see the same names as in one process. Parameters still on the CPU
-    move to the GPU a layer at a time as they are sharded.
-    """
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    assert dist.is_initialized(), "shard_model needs torch.distributed: run it in a rank (launch.py)"
-    mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (dist.get_world_size(),))
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    return model
-
-
 def tiny_tokenizer():
     """A byte-level tokenizer (one token per byte, ChatML and tool markup as added tokens) with
     CHAT_TEMPLATE, built in code: any text round-trips, no download."""
@@ -282,3 +229,93 @@ def _convert_gguf(folder: str, file: str):
     assert set(missing) <= tied and not unexpected, f"GGUF {file}: missing {missing}, unexpected {unexpected}"
     return model, tokenizer
 
+
+# ---------------------------------------------------------------------------------------- FSDP2
+
+
+def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | None = None):
+    """`load_model` for a run of several ranks: the model comes out sharded with FSDP2 (`shard_model`).
+
+    Rank 0 alone reads the checkpoint, into host memory. Every rank builds the same model on the meta
+    device, shards it, and receives its shard of each tensor from rank 0, one full tensor at a time
+    (torch's `set_model_state_dict(..., broadcast_from_rank0=True)`). So a node holds one host copy
+    of the weights, not one per rank, and no GPU ever holds the whole model: loading a whole
+    Qwen3-30B-A3B (61 GB in bf16) on each of 8 x 80 GB GPUs before sharding leaves no room for the
+    KL reference's second copy. A load that fails on rank 0 fails on every rank with its message.
+    """
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
+    full, shared = None, [None]
+    if dist.get_rank() == 0:
+        try:
+            full, tokenizer = load_model(name, dtype=dtype, device="cpu")
+            shared = [(full.config, full.generation_config, full.name_or_path, tokenizer)]
+        except (OSError, ValueError, ModelLoadError) as error:
+            shared = [ModelLoadError(str(error))]
+    dist.broadcast_object_list(shared, src=0)   # the structure (and tokenizer) rank 0 loaded, or its error
+    if isinstance(shared[0], ModelLoadError):
+        raise shared[0]
+    config, generation_config, name_or_path, tokenizer = shared[0]
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config, model.name_or_path = generation_config, name_or_path
+    shard_model(model)
+    model.to_empty(device=device)
+    set_model_state_dict(model, full.state_dict() if full is not None else {},
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    with torch.no_grad():
+        for key, buffer in model.named_buffers():   # rotary frequencies: buffers outside any state dict
+            if full is not None:
+                buffer.copy_(full.get_buffer(key))
+            dist.broadcast(buffer, src=0)
+    return model, tokenizer
+
+
+def shard_model(model):
+    """FSDP2: each decoder layer is its own unit, the rest (embeddings, final norm, lm_head) the root.
+
+    Needs torch.distributed initialised (a rank: launch.py or torchrun). Parameter names are unchanged,
+    so checkpoints and `push_weights` see the same names as in one process. Parameters still on the CPU
+    move to the GPU a layer at a time as they are sharded.
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    assert dist.is_initialized(), "shard_model needs torch.distributed: run it in a rank (launch.py)"
+    mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (dist.get_world_size(),))
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def is_sharded(model) -> bool:
+    """Whether FSDP2 sharded the model (its parameters are DTensors). Not `dist.is_initialized()`:
+    vLLM initialises a one-process group of its own in a plain single-process run."""
+    from torch.distributed.tensor import DTensor
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+@contextlib.contextmanager
+def gathered(model):
+    """A sharded (FSDP2) model stays gathered for one `generate` call: its first forward all-gathers
+    every layer and the decode steps after it read local weights, instead of all-gathering the model
+    once per token. Only where the free memory holds the whole model twice over (the rest is the KV
+    cache's); afterwards everything is resharded and the layers reshard after each forward again, as
+    training wants (FSDP2's public `set_reshard_after_forward`, meant for evaluation like this)."""
+    from torch.distributed.fsdp import FSDPModule
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())
+    if model.device.type == "cuda" and torch.cuda.mem_get_info()[0] < 2 * whole:
+        yield  # too big to hold whole beside a KV cache: every forward gathers layer by layer
+        return
+    model.set_reshard_after_forward(False)
+    try:
+        yield
+    finally:
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        for layer in model.model.layers:   # the root keeps FSDP2's own choice for it: not resharded
+            layer.set_reshard_after_forward(True, recurse=False)

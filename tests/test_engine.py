@@ -521,7 +521,7 @@ def test_vllm_matches_hf_engine_and_takes_pushed_weights(tiny, prompts):
     assert_same(vllm_engine.generate(prompts, greedy), before)
     # vLLM set up a one-process torch.distributed group of its own: that is no FSDP2 run
     import grpo
-    assert torch.distributed.is_initialized() and not grpo.is_sharded(model)
+    assert torch.distributed.is_initialized() and not models.is_sharded(model)
     assert type(grpo.make_optimizer(model)).__module__.startswith("bitsandbytes")
 
 
