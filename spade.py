@@ -144,6 +144,8 @@ class Config:
         return names
 
 
+# What a resumed run may change of its saved config.
+RESUMABLE = ("resume", "steps", "save_every", "engine", "wandb")
 # The fixed-RLVE baseline's own values (METHOD.md 10): 16 plays of each problem at temperature 1.
 RLVE = dict(plays_per_env=16, temperature=1.0)
 # The embedded default: a real loop that finishes in minutes on a 2-core CPU (and tests with `tiny`).
@@ -164,12 +166,19 @@ def parse_config(argv):
             parser.add_argument(flag, type=field.type, default=None, help=text)
     # Given = on the command line; `is not` keeps an explicit 0 (e.g. --kl-coef 0 for tool use).
     given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None and v is not False}
-    if given.get("resume"):                          # a resumed run keeps its saved config
+    if given.get("resume"):                          # a resumed run keeps its saved config ...
         latest = Path(given["resume"]) / "latest"
         if not latest.is_file():
             raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']}")
-        saved = json.loads(latest.read_text())["config"]
-        return Config(**{**saved, "resume": given["resume"]})
+        saved, step = json.loads(latest.read_text())["config"], json.loads(latest.read_text())["step"]
+        changed = [f"--{k.replace('_', '-')} (saved: {saved.get(k)})" for k, v in given.items()
+                   if k not in RESUMABLE and saved.get(k) != v]
+        if changed:   # ... but for how long it runs and how it saves and logs (more --steps extend it)
+            raise SystemExit(f"spade.py: a resumed run keeps its saved config; {', '.join(changed)} cannot "
+                             f"change (these can: {', '.join('--' + k.replace('_', '-') for k in RESUMABLE)})")
+        if given.get("steps", saved["steps"]) <= step:
+            raise SystemExit(f"spade.py: {given['resume']} is at step {step} already: give more --steps to extend it")
+        return Config(**{**saved, **given}).derive()
     cfg = Config(**given)
     embedded = cfg.preset == "embedded" or (cfg.preset == "auto" and cfg.model in ("smollm2-135m", "tiny"))
     return Config(**{**(RLVE if cfg.rlve else {}), **(EMBEDDED if embedded else {}), **given}).derive()

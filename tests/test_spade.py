@@ -1,4 +1,5 @@
 """End to end: the real spade.py as a subprocess with the tiny model, a couple of steps each."""
+import dataclasses
 import importlib.util
 import json
 import os
@@ -172,6 +173,19 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
+    from spade import Config, parse_config
+    saved = dataclasses.asdict(Config(model="tiny", steps=2, lr=1e-5).derive())
+    (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2, "config": saved}))
+    with pytest.raises(SystemExit, match=r"--lr \(saved: 1e-05\) cannot change"):   # refused, not ignored
+        parse_config(["--resume", str(tmp_path), "--steps", "4", "--lr", "1e-3"])
+    with pytest.raises(SystemExit, match="at step 2 already: give more --steps"):
+        parse_config(["--resume", str(tmp_path)])
+    cfg = parse_config(["--resume", str(tmp_path), "--steps", "4", "--save-every", "1", "--model", "tiny"])
+    assert (cfg.steps, cfg.save_every, cfg.resume) == (4, 1, str(tmp_path))
+    assert {**dataclasses.asdict(cfg), "steps": 2, "save_every": saved["save_every"], "resume": ""} == saved
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test-vllm)")
 def test_self_play_with_the_vllm_engine(tmp_path):
     # The trainer and a separate vLLM engine: every step's new weights must be pushed into vLLM.
@@ -299,6 +313,13 @@ def test_two_ranks_train_the_whole_batch_with_a_kl_reference(tmp_path):
     assert step0["grpo/kl"] == pytest.approx(0.0, abs=1e-6)    # the policy is still the initial model
     latest = json.loads((run_dir / "latest").read_text())
     assert torch.load(run_dir / latest["checkpoint"] / "state.pt", weights_only=False)["state"]["epoch"] is None
+    # One step more: rank 0 alone reads the saved model, each rank its own optimizer shards, and the KL
+    # reference is the initial model again (loaded from --model), so the trained policy's KL is not 0.
+    launcher = launch(["--resume", str(run_dir), "--steps", "2"])
+    output = launcher.communicate(timeout=300)[0]
+    assert launcher.returncode == 0 and f"resumed {run_dir} at step 1" in output, output[-5000:]
+    step1 = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert step1["step"] == 1 and step1["grpo/kl"] > 0
 
 
 def test_a_ctrl_c_that_reaches_one_rank_stops_every_rank_after_the_same_step(tmp_path):
