@@ -87,7 +87,7 @@ class Config:
     out: str = "out"                   # where runs are written
     run: str = ""                     # run name; "" = a timestamp
     save_every: int = 16              # checkpoint every N steps (and at the end)
-    resume: str = ""                  # a run directory to continue
+    resume: str = ""                  # a run directory to continue (its saved config; more --steps extend it)
     seed: int = 0                     # seeds python and torch RNGs
     wandb: bool = False               # also log metrics to Weights & Biases
 
