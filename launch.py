@@ -83,9 +83,13 @@ def setup_distributed():
     """(rank, world size) of this process; joins the process group when started as a rank."""
     if "RANK" not in os.environ:
         return 0, 1
+    import datetime
     import torch
     import torch.distributed as dist
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    # 30 min, not NCCL's 10: the other ranks wait in a collective while rank 0 alone reads a 61 GB
+    # checkpoint (models.load_sharded) or writes one (checkpoint.py), which slow disks stretch past 10.
+    # A rank that dies is caught sooner, by the launcher.
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(minutes=30))
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     return dist.get_rank(), dist.get_world_size()
