@@ -170,7 +170,8 @@ def parse_config(argv):
         latest = Path(given["resume"]) / "latest"
         if not latest.is_file():
             raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']}")
-        saved, step = json.loads(latest.read_text())["config"], json.loads(latest.read_text())["step"]
+        pointer = json.loads(latest.read_text())
+        saved, step = pointer["config"], pointer["step"]
         changed = [f"--{k.replace('_', '-')} (saved: {saved.get(k)})" for k, v in given.items()
                    if k not in RESUMABLE and saved.get(k) != v]
         if changed:   # ... but for how long it runs and how it saves and logs (more --steps extend it)
