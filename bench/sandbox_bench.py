@@ -101,12 +101,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--envs", type=int, default=200, help="environments started per method")
     parser.add_argument("--steps", type=int, default=20, help="steps per environment")
-    parser.add_argument("--example", default=str(ROOT.parent / "shared" / "examples" / "vault_dial.py"))
+    parser.add_argument("--example", default=str(ROOT / "tests" / "fixtures" / "examples" / "vault_dial.py"))
     args = parser.parse_args()
-    example = pathlib.Path(args.example)
-    if not example.exists():
-        example = next((ROOT / "envs").glob("*.py"))
-    code, action = example.read_text(), "\\boxed{probe A 5}"
+    code, action = pathlib.Path(args.example).read_text(), "\\boxed{probe A 5}"
     sandbox.isolation()  # start the fork server outside the timings (once per trainer process)
     rows = {}
     for name, play in PLAYERS.items():

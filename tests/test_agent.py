@@ -4,7 +4,7 @@ Whole episodes run against real sandboxes with two kinds of engine: `ScriptedEng
 that replies with fixed texts (so masks, log-probs, rewards and statuses can be checked exactly),
 and real models (the random `tiny` one here, SmolLM2-135M in the slow test), which check that the
 plumbing runs and the invariants hold, not that they win. Environments are the two examples of
-METHOD.md 1.4 (shared/examples beside the repository, as in test_sandbox.py).
+METHOD.md 1.4 (tests/fixtures/examples, as in test_sandbox.py).
 """
 import doctest
 import pathlib
@@ -19,7 +19,7 @@ from envs import Environment
 from actions import after_thinking, extract_boxed, game_action, parse_tool_calls, parse_tool_turn
 from agent import GAME_FRAMING, TOOL_CALL_REMINDER, Episode, game_prompt, play, play_seeds
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "examples"
+EXAMPLES = pathlib.Path(__file__).resolve().parent / "fixtures" / "examples"  # METHOD.md 1.4's two
 PARAMS = engine.SamplingParams(temperature=1.0)
 
 

@@ -16,7 +16,7 @@ import pytest
 import sandbox
 from sandbox import EnvSandbox, SandboxError, extract_code, repair_braces, validate_env
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "examples"
+EXAMPLES = pathlib.Path(__file__).resolve().parent / "fixtures" / "examples"  # METHOD.md 1.4's two
 TIMEOUT = 1.5
 
 
