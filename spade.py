@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent
 @dataclass
 class Config:
     model: str = "smollm2-135m"       # alias (Qwen3-30B-A3B, Qwen3-8B, Qwen3-4B, smollm2-135m, tiny) or path
-    preset: str = "auto"              # paper | embedded | auto (embedded for smollm2-135m and tiny)
+    preset: str = "auto"              # paper | embedded | auto (embedded for smollm2-135m, tiny, tiny-moe)
     setting: str = "games"            # games | tool_use: skills, prompts and regeneration interval
     steps: int = 400                  # rollout steps (= policy updates)
     num_envs: int = 24                # G: environments per pool
@@ -93,8 +93,10 @@ class Config:
 
     def derive(self):
         """Fill the values that depend on others (METHOD 7.3's columns), then check the whole config once."""
-        tool_use, model = self.setting == "tool_use", self.model.lower()
-        num_skills = len(self.skill_list())
+        if self.setting not in ("games", "tool_use"):   # first: the skills and the defaults depend on it
+            raise SystemExit(f"spade.py: --setting must be games or tool_use, not {self.setting!r}")
+        tool_use, model, skills = self.setting == "tool_use", self.model.lower(), self.skill_list()
+        num_skills = len(skills)
         self.regen_interval = self.regen_interval or (8 if tool_use else 4)
         self.skills_per_regen = self.skills_per_regen or min(6 if tool_use else 3, num_skills)
         self.corpus_max_words = self.corpus_max_words or (4000 if tool_use else 6000)
@@ -106,21 +108,24 @@ class Config:
             self.kl_coef = 0.005 if tool_use or "qwen3-8b" in model else 0.0
         self.run = self.run or time.strftime("%Y%m%d-%H%M%S")
         problems = [msg for bad, msg in [
-            (self.setting not in ("games", "tool_use"), f"--setting must be games or tool_use, not {self.setting!r}"),
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
             (self.num_envs < 1 or self.steps < 1, "--num-envs and --steps must be positive"),
             (self.skills_per_regen > num_skills and not self.pool,
-             f"--skills-per-regen {self.skills_per_regen} is more than the {num_skills} skills"),
+             f"--skills-per-regen {self.skills_per_regen} is more than the {num_skills} skills in play: {skills}"),
             (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
                                      f"not {self.plateau_band!r}"),
             (self.preset not in ("auto", "paper", "embedded"), f"--preset must be auto, paper or embedded, not {self.preset!r}"),
             (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
             (self.thinking not in ("on", "off"), f"--thinking must be on, off or auto, not {self.thinking!r}"),
             (self.designer_reward not in designer_rewards.DESIGNER_REWARDS,
-             f"unknown --designer-reward {self.designer_reward!r}"),
+             f"unknown --designer-reward {self.designer_reward!r}; one of {list(designer_rewards.DESIGNER_REWARDS)}"),
             (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
             (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}"),
-            (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one")]
+            (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one"),
+            (self.engine == "vllm" and importlib.util.find_spec("vllm") is None,
+             "--engine vllm needs vLLM (requirements-gpu.txt; `make test-vllm` builds its CPU version)"),
+            (self.wandb and importlib.util.find_spec("wandb") is None,
+             "--wandb needs the wandb package (pip install wandb)")]
             if bad]
         if problems:
             raise SystemExit(f"spade.py: {problems[0]}")
@@ -152,11 +157,14 @@ RLVE = dict(plays_per_env=16, temperature=1.0)
 EMBEDDED = dict(steps=4, num_envs=2, plays_per_env=2, regen_interval=2, hint_plays=2, skills_per_regen=2,
                 designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=48,
                 designer_max_tokens=256, hint_max_tokens=48, micro_token_budget=4096, lr=1e-5, corpus_max_words=300,
-                save_every=2, skills="Mathematical Reasoning,Pattern Recognition")
+                save_every=2)
+EMBEDDED_SKILLS = {"games": "Mathematical Reasoning,Pattern Recognition",
+                   "tool_use": "Data Retrieval,State Modification"}
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     epilog="python spade.py report out/<run>: a run's plots and HTML page (report.py)")
     meaning = dict(re.findall(r"^    (\w+): .*?#\s*(.+)$", inspect.getsource(Config), re.M))  # the comments above
     for field in dataclasses.fields(Config):
         flag, text = "--" + field.name.replace("_", "-"), f"{meaning.get(field.name, '')} (default: {field.default})"
@@ -169,7 +177,8 @@ def parse_config(argv):
     if given.get("resume"):                          # a resumed run keeps its saved config ...
         latest = Path(given["resume"]) / "latest"
         if not latest.is_file():
-            raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']}")
+            raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']} (--resume takes a run's "
+                             f"directory, the one that holds `latest`)")
         pointer = json.loads(latest.read_text())
         saved, step = pointer["config"], pointer["step"]
         changed = [f"--{k.replace('_', '-')} (saved: {saved.get(k)})" for k, v in given.items()
@@ -181,8 +190,10 @@ def parse_config(argv):
             raise SystemExit(f"spade.py: {given['resume']} is at step {step} already: give more --steps to extend it")
         return Config(**{**saved, **given}).derive()
     cfg = Config(**given)
-    embedded = cfg.preset == "embedded" or (cfg.preset == "auto" and cfg.model in ("smollm2-135m", "tiny"))
-    return Config(**{**(RLVE if cfg.rlve else {}), **(EMBEDDED if embedded else {}), **given}).derive()
+    small = cfg.model.lower() in ("smollm2-135m", "tiny", "tiny-moe")
+    embedded = cfg.preset == "embedded" or (cfg.preset == "auto" and small)
+    preset = {**EMBEDDED, "skills": EMBEDDED_SKILLS.get(cfg.setting, "")} if embedded else {}
+    return Config(**{**(RLVE if cfg.rlve else {}), **preset, **given}).derive()
 
 
 def main(argv=None):

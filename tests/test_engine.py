@@ -314,6 +314,11 @@ def test_unknown_model_offline_gives_one_clear_error(monkeypatch, tmp_path):
     for name in ["no-such-org/no-such-model", str(tmp_path / "missing")]:
         with pytest.raises(ModelLoadError, match="--model smollm2-135m"):
             load_model(name, device="cpu")
+    # A typo is neither an alias, a directory nor a hub id: an error at once, naming what is known.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)   # it must not reach the hub
+    with pytest.raises(ModelLoadError, match=r"unknown model 'tinyy': not one of \['Qwen3-30B-A3B'"):
+        load_model("tinyy", device="cpu")
+    assert resolve_model_name("QWEN3-4b") == "Qwen/Qwen3-4B-Instruct-2507"   # aliases in any case
 
 
 def test_random_shapes_have_the_real_parameter_counts():

@@ -156,11 +156,12 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--pool", "/nonexistent/pool"], "pool not found"),
     (["--corpus", "/nonexistent/docs.jsonl"], "corpus file not found"),
     (["--plays-per-env", "1"], "at least 2"),
-    (["--skills-per-regen", "3"], "more than the 2 skills"),
+    (["--skills-per-regen", "3"], "more than the 2 skills in play: ['Mathematical Reasoning', 'Pattern Recognition']"),
+    (["--setting", "tool-use"], "--setting must be games or tool_use, not 'tool-use'"),   # not a skills error
     (["--plateau-band", "0.6,0.4,0.25"], "--plateau-band must be lo,hi,ramp"),
-    (["--designer-reward", "vibes"], "unknown --designer-reward"),
+    (["--designer-reward", "vibes"], "unknown --designer-reward 'vibes'; one of ['blend', "),
     (["--skills", "Juggling"], "unknown games skill"),
-    (["--resume", "/nonexistent/run"], "no checkpoint to resume"),
+    (["--resume", "/nonexistent/run"], "no checkpoint to resume in /nonexistent/run (--resume takes a run's"),
     (["--thinking", "maybe"], "--thinking must be on, off or auto"),
     (["--rlve", "--pool", str(ROOT / "envs")], "--rlve and --pool are two baselines"),
     (["--pool", str(ROOT / "README.md")], "no valid environment in"),         # no record holds code
@@ -192,6 +193,23 @@ def test_self_play_with_the_vllm_engine(tmp_path):
     result = spade(*FAST, "--engine", "vllm", "--out", str(tmp_path), "--run", "vllm")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert_trained(tmp_path / "vllm", 2)
+
+
+@pytest.mark.parametrize("flag, package", [("--wandb", "wandb"), ("--engine=vllm", "vllm")])
+def test_a_flag_whose_package_is_missing_fails_with_one_sentence(flag, package):
+    from spade import parse_config
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here")
+    with pytest.raises(SystemExit, match=f"^spade.py: {flag.split('=')[0]} .*needs"):
+        parse_config(["--model", "tiny", flag])
+
+
+def test_the_embedded_preset_fits_either_setting():
+    # The small models get the embedded preset, two skills of the setting among its values.
+    from spade import parse_config
+    games, tools = parse_config(["--model", "tiny"]), parse_config(["--model", "TINY-moe", "--setting", "tool_use"])
+    assert (games.steps, games.skills) == (4, "Mathematical Reasoning,Pattern Recognition")
+    assert (tools.steps, tools.skills, tools.skills_per_regen) == (4, "Data Retrieval,State Modification", 2)
 
 
 def test_paper_columns_parse_and_derive():
