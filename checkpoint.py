@@ -10,7 +10,7 @@ Under torchrun (FSDP2) the model weights and the Adam moments are per-rank shard
 gathered whole onto rank 0 (a collective, so every rank calls `save_checkpoint`). The optimizer
 state is written by each rank as it holds it (`optimizer-rank<r>.pt`), and each rank reads its own
 file back, so a resumed run needs the same number of processes. Gathering it instead fails with
-torchao's 8-bit AdamW: its quantized states cannot be padded to even shards (a test). The KL
+torchao's 8-bit AdamW: its quantized states cannot be padded to even shards (seen; not a test). The KL
 reference is never saved: `kl_reference` rebuilds it from the initial model.
 """
 import dataclasses

@@ -176,17 +176,20 @@ def _distinct_ids(environments: list[Environment]) -> list[Environment]:
 
 
 def load_pool(path, *, validate: bool = True) -> list[Environment]:
-    """Environments of a directory of .py files or a JSONL (or JSON list) file; with `validate`, only those
-    that pass `sandbox.validate_env`. Prints "pool: N/M environments valid (K skipped lines)", and a
-    WARNING line with the first reasons when some fail: our gate is stricter than the paper's (it
+    """Environments of a directory of .py files, one .py file, or a JSONL (or JSON list) file; with `validate`,
+    only those that pass `sandbox.validate_env`, and it prints "pool: N/M environments valid (K skipped lines)",
+    and a WARNING line with the first reasons when some fail: our gate is stricter than the paper's (it
     also checks determinism), so it may drop released games that the official gate accepted.
     Raises ValueError when the files do not match the pool's checksums or none is valid."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"environment pool not found: {path} "
-                                "(expected a directory of .py files or a .jsonl file)")
+                                "(expected a directory of .py files, a .py file or a .jsonl file)")
     try:
-        candidates, skipped = (_read_directory(path), 0) if path.is_dir() else _read_jsonl(path)
+        if path.suffix == ".py":   # one environment
+            candidates, skipped = [Environment(path.stem, skill_from_name(path.stem), path.read_text())], 0
+        else:
+            candidates, skipped = (_read_directory(path), 0) if path.is_dir() else _read_jsonl(path)
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
         raise ValueError(f"{path} is not a pool (a directory of .py files, or JSON records with a `code` field): {e}")
     candidates = _distinct_ids(candidates)
@@ -202,7 +205,8 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
                 valid.append(Environment(env.env_id, env.skill, result.code))
             else:
                 rejected.append(f"{env.env_id}: {result.stage}: {result.error[:160]}")
-    print(f"pool: {len(valid)}/{len(candidates)} environments valid ({skipped} skipped lines)")
+    if validate:
+        print(f"pool: {len(valid)}/{len(candidates)} environments valid ({skipped} skipped lines)")
     if rejected:
         print(f"WARNING: {len(rejected)} of {len(candidates)} pool environments failed validation and are "
               "left out; the first: " + " | ".join(rejected[:3]), flush=True)

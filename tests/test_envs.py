@@ -512,6 +512,13 @@ def test_load_pool_directory(capsys):
     assert f"pool: {len(ENV_FILES)}/{len(ENV_FILES)} environments valid (0 skipped lines)" in capsys.readouterr().out
 
 
+def test_one_py_file_is_a_pool_of_one_and_the_unvalidated_seeds_print_nothing(capsys):
+    [env] = envs.load_pool(ENV_DIR / "sonar_dig_spatial_reasoning.py")
+    assert (env.env_id, env.skill) == ("sonar_dig_spatial_reasoning", "Spatial Reasoning")
+    assert "pool: 1/1 environments valid (0 skipped lines)" in capsys.readouterr().out
+    assert len(envs.load_pool(ENV_DIR, validate=False)) == len(ENV_FILES) and capsys.readouterr().out == ""
+
+
 def test_load_pool_jsonl(tmp_path, capsys):
     good = (ENV_DIR / "sonar_dig_spatial_reasoning.py").read_text()
     lines = [json.dumps({"code": good, "game_file": "game_00003_001_spatial_reasoning.py"}),
