@@ -134,6 +134,7 @@ class HFEngine:
         self.cuda_graphs = graphable if cuda_graphs is None else cuda_graphs
         assert on_cuda or not self.cuda_graphs, "CUDA graphs need the model on CUDA"
         self.stop_check = stop_check or (8 if on_cuda else 1)
+        self.warned = False   # about a sharded model decoding without being gathered (once)
 
     def sleep(self):
         pass
@@ -159,8 +160,12 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()  # no dropout while sampling; the trainer's settings come back afterwards
         try:
-            whole = gathered(self.model) if self.sharded else contextlib.nullcontext()
-            with torch.no_grad(), attention.implementation(self.model, "decode"), whole:
+            whole = gathered(self.model) if self.sharded else contextlib.nullcontext(True)
+            with torch.no_grad(), attention.implementation(self.model, "decode"), whole as fits:
+                if not fits and not self.warned:
+                    print("WARNING: the sharded model does not fit whole beside a KV cache, so decoding "
+                          "all-gathers its weights for every token (slow); vLLM is the engine for this")
+                    self.warned = True
                 return self._generate(prompts, params)
         finally:
             self.model.train(was_training)

@@ -311,19 +311,25 @@ def gathered(model):
     """A sharded (FSDP2) model stays gathered for one `generate` call: its first forward all-gathers
     every layer and the decode steps after it read local weights, instead of all-gathering the model
     once per token. Only where the free memory holds the whole model twice over (the rest is the KV
-    cache's); afterwards everything is resharded and the layers reshard after each forward again, as
-    training wants (FSDP2's public `set_reshard_after_forward`, meant for evaluation like this)."""
+    cache's); it yields whether it did. Afterwards everything is resharded and the layers reshard after
+    each forward again, as training wants (FSDP2's public `set_reshard_after_forward`, meant for
+    evaluation like this)."""
     from torch.distributed.fsdp import FSDPModule
-    whole = sum(p.numel() * p.element_size() for p in model.parameters())
-    if model.device.type == "cuda" and torch.cuda.mem_get_info()[0] < 2 * whole:
-        yield  # too big to hold whole beside a KV cache: every forward gathers layer by layer
+    if not room_for_whole(model):
+        yield False  # too big to hold whole beside a KV cache: every forward gathers layer by layer
         return
     model.set_reshard_after_forward(False)
     try:
-        yield
+        yield True
     finally:
         for module in model.modules():
             if isinstance(module, FSDPModule):
                 module.reshard()
         for layer in model.model.layers:   # the root keeps FSDP2's own choice for it: not resharded
             layer.set_reshard_after_forward(True, recurse=False)
+
+
+def room_for_whole(model) -> bool:
+    """Whether free memory holds the whole model twice over (the host's always counts as enough)."""
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())   # a DTensor counts whole
+    return model.device.type != "cuda" or torch.cuda.mem_get_info()[0] >= 2 * whole

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import doctest
 import importlib.util
+import io
 import os
 import time
 
@@ -222,9 +223,17 @@ def sharded_generate_worker(rank, world, port, path):
         completions = HFEngine(model, tokenizer).generate(prompts, SamplingParams(temperature=0, max_new_tokens=12))
         resharded = all(isinstance(p, DTensor) for p in model.parameters())
         model(input_ids=torch.tensor([prompts[0]]))  # training-style forward: layers reshard after it again
+        gathered_whole, after = list(whole), whole[-2:]
+        # Where the model does not fit whole (a test double of the memory check), every forward gathers
+        # layer by layer, to the same tokens, with one WARNING.
+        models.room_for_whole, printed, engine_ = (lambda model: False), io.StringIO(), HFEngine(model, tokenizer)
+        whole.clear()
+        with contextlib.redirect_stdout(printed):
+            ungathered = [engine_.generate(prompts, SamplingParams(temperature=0, max_new_tokens=12)) for _ in "ab"]
         if rank == 0:
-            torch.save(dict(tokens=[c.token_ids for c in completions], whole=whole, resharded=resharded,
-                            after=whole[-2:]), path)
+            torch.save(dict(tokens=[c.token_ids for c in completions], whole=gathered_whole, resharded=resharded,
+                            after=after, ungathered=[[c.token_ids for c in done] for done in ungathered],
+                            ungathered_whole=list(whole), printed=printed.getvalue()), path)
     finally:
         dist.destroy_process_group()
 
@@ -241,6 +250,8 @@ def test_a_sharded_model_generates_gathered_and_is_resharded_after(tiny, prompts
     assert out["tokens"] == [c.token_ids for c in alone]
     assert len(out["whole"]) > 2 * 10 and all(out["whole"][:-2])   # every layer forward while generating
     assert out["resharded"] and out["after"] == [False, False]
+    assert out["ungathered"] == [out["tokens"]] * 2 and not any(out["ungathered_whole"])
+    assert out["printed"].count("WARNING: the sharded model does not fit whole") == 1
 
 
 def load_sharded_worker(rank, world, port, path):
