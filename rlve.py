@@ -158,5 +158,15 @@ def play(problems, engine, tokenizer, plays, *, params, max_context=32768, max_n
     return episodes
 
 
+def play_round(curriculum, names, rng, engine, tokenizer, plays, **play_kwargs):
+    """One step of the baseline: a new problem of each named environment (`Curriculum.problem`), each
+    answered `plays` times (`play`); the curriculum counts the plays. Returns the episodes."""
+    problems = [curriculum.problem(name, rng) for name in names]
+    played = play(problems, engine, tokenizer, plays, **play_kwargs)
+    for i, problem in enumerate(problems):
+        curriculum.record(problem, [e.reward for e in played[i * plays:(i + 1) * plays]])
+    return played
+
+
 def _user(problem):
     return {"role": "user", "content": f"{problem.prompt}\n\n{GAME_INSTRUCTION}"}

@@ -214,7 +214,7 @@ def main(argv=None):
         # ("'Tensor' object has no attribute 'codes'"). Read once, when torch is imported: set it first.
         os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
     import torch
-    import agent, designer, engine, grpo, models, report
+    import agent, designer, engine, grpo, models, report, rlve
     from corpus import builtin_corpus, load_corpus
     from envs import load_pool
     rank, world = setup_distributed()
@@ -312,7 +312,10 @@ def main(argv=None):
         with timer(times, "play"):
             play_stats = {}
             if cfg.rlve:                                     # baseline: a new RLVE problem per environment
-                played = play_rlve(cfg, state, gen, tokenizer, agent_params, play_stats)
+                names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
+                played = rlve.play_round(state["rlve"], names, state["rng"], gen, tokenizer, cfg.plays_per_env,
+                                         params=agent_params, max_context=cfg.max_context, stats=play_stats,
+                                         max_new_tokens=cfg.max_new_tokens, thinking=cfg.thinking == "on")
                 metrics.update(state["rlve"].metrics())
             else:
                 played = agent.play(pool, gen, tokenizer, cfg.plays_per_env, params=agent_params,
@@ -383,19 +386,6 @@ def rlve_curriculum(cfg):
     except ImportError as e:
         raise SystemExit(f"spade.py: {e}")
     return rlve.Curriculum()
-
-
-def play_rlve(cfg, state, gen, tokenizer, params, stats):
-    """The fixed-RLVE baseline's plays of one step; the curriculum counts them (rlve.py)."""
-    import rlve
-    curriculum, k = state["rlve"], cfg.plays_per_env
-    problems = [curriculum.problem(name, state["rng"])
-                for name in next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)]
-    played = rlve.play(problems, gen, tokenizer, k, params=params, max_context=cfg.max_context,
-                       max_new_tokens=cfg.max_new_tokens, thinking=cfg.thinking == "on", stats=stats)
-    for i, problem in enumerate(problems):
-        curriculum.record(problem, [e.reward for e in played[i * k:(i + 1) * k]])
-    return played
 
 
 def remember_new_envs(epoch, rewards, episodes, memory, log, step):
