@@ -122,6 +122,8 @@ class Config:
             (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
             (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}"),
             (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one"),
+            (self.rlve and importlib.util.find_spec("Gym") is None,   # rlve-gym's package
+             "the RLVE baseline needs the rlve-gym package (pip install rlve-gym==0.0.1)"),
             (self.engine == "vllm" and importlib.util.find_spec("vllm") is None,
              "--engine vllm needs vLLM (requirements-gpu.txt; `make test-vllm` builds its CPU version)"),
             (self.wandb and importlib.util.find_spec("wandb") is None,
@@ -260,7 +262,8 @@ def main(argv=None):
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
     # pool_rng: the fixed pool's own shuffle, seed 42 as the paper's baseline (METHOD 10).
     state = dict(step=0, pool=[], epoch=None, tracker=designer_rewards.LearningPotentialTracker(), order=[],
-                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), rlve=rlve_curriculum(cfg))
+                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(),
+                 rlve=rlve.Curriculum() if cfg.rlve else None)
     if checkpoint:
         state = restore(checkpoint, optimizer, memory, corpus, rank)
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
@@ -374,18 +377,6 @@ def play_limits(cfg):
     """The per-play settings of both arms (hinted and trained plays think alike: agent.py)."""
     return dict(max_turns=cfg.max_turns, max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens,
                 thinking=cfg.thinking == "on")
-
-
-def rlve_curriculum(cfg):
-    """The fixed-RLVE baseline's curriculum (rlve.py), or None; one sentence if rlve-gym is missing."""
-    if not cfg.rlve:
-        return None
-    import rlve
-    try:
-        rlve.gym()
-    except ImportError as e:
-        raise SystemExit(f"spade.py: {e}")
-    return rlve.Curriculum()
 
 
 def remember_new_envs(epoch, rewards, episodes, memory, log, step):

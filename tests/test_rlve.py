@@ -102,10 +102,11 @@ def test_the_tiny_model_plays_rlve_problems(tokenizer):
 
 
 def test_a_missing_rlve_gym_is_one_clear_error(monkeypatch):
-    from spade import Config, rlve_curriculum
-    monkeypatch.setitem(sys.modules, "Gym.environments", None)   # as if rlve-gym were not installed
+    from spade import parse_config
+    monkeypatch.setitem(sys.modules, "Gym", None)   # as if rlve-gym were not installed
+    monkeypatch.setitem(sys.modules, "Gym.environments", None)
     with pytest.raises(ImportError, match="pip install rlve-gym"):
         rlve.gym()
     with pytest.raises(SystemExit, match="^spade.py: the RLVE baseline needs the rlve-gym package"):
-        rlve_curriculum(Config(rlve=True))
-    assert rlve_curriculum(Config()) is None
+        parse_config(["--rlve", "--model", "tiny"])
+    assert parse_config(["--model", "tiny"]).rlve is False
