@@ -211,8 +211,12 @@ img{{max-width:100%}}</style></head><body>
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    usage = "usage: python spade.py report out/<run>   (writes out/<run>/report/: curriculum.png and index.html)"
+    if argv in (["-h"], ["--help"]):
+        print(usage)
+        return
     if len(argv) != 1:
-        raise SystemExit("usage: python spade.py report out/<run>")
+        raise SystemExit(usage)
     metrics, samples, rejected, plays = read_run(argv[0])
     out = Path(argv[0]) / "report"
     out.mkdir(exist_ok=True)

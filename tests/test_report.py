@@ -4,6 +4,8 @@ import json
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+import pytest
+
 import report
 
 
@@ -35,6 +37,15 @@ def test_log_then_report(tmp_path, capsys):
     assert "Rejected designer attempts (1)" in page and "SyntaxError: bad" in page and "\\boxed{x}" in page
     assert (tmp_path / "report" / "curriculum.png").stat().st_size > 10_000
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
+def test_the_command_line_says_how_to_use_it(tmp_path, capsys):
+    report.main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python spade.py report out/<run>")
+    with pytest.raises(SystemExit, match="^usage: "):
+        report.main([])
+    with pytest.raises(SystemExit, match="has no metrics.jsonl .is it a spade run directory"):
+        report.main([str(tmp_path)])
 
 
 def test_docstring_examples():
