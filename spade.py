@@ -122,8 +122,6 @@ class Config:
             (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
             (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}"),
             (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one"),
-            (self.rlve and importlib.util.find_spec("Gym") is None,   # rlve-gym's package
-             "the RLVE baseline needs the rlve-gym package (pip install rlve-gym==0.0.1)"),
             (self.engine == "vllm" and importlib.util.find_spec("vllm") is None,
              "--engine vllm needs vLLM (requirements-gpu.txt; `make test-vllm` builds its CPU version)"),
             (self.wandb and importlib.util.find_spec("wandb") is None,
@@ -131,6 +129,12 @@ class Config:
             if bad]
         if problems:
             raise SystemExit(f"spade.py: {problems[0]}")
+        if self.rlve:
+            import rlve
+            try:
+                rlve.gym()   # rlve-gym's registries import (a missing or broken install: one sentence)
+            except ImportError as e:
+                raise SystemExit(f"spade.py: {e}")
         return self
 
     def plateau(self):
@@ -176,26 +180,37 @@ def parse_config(argv):
             parser.add_argument(flag, type=field.type, default=None, help=text)
     # Given = on the command line; `is not` keeps an explicit 0 (e.g. --kl-coef 0 for tool use).
     given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None and v is not False}
-    if given.get("resume"):                          # a resumed run keeps its saved config ...
-        latest = Path(given["resume"]) / "latest"
-        if not latest.is_file():
-            raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']} (--resume takes a run's "
-                             f"directory, the one that holds `latest`)")
-        pointer = json.loads(latest.read_text())
-        saved, step = pointer["config"], pointer["step"]
-        changed = [f"--{k.replace('_', '-')} (saved: {saved.get(k)})" for k, v in given.items()
-                   if k not in RESUMABLE and saved.get(k) != v]
-        if changed:   # ... but for how long it runs and how it saves and logs (more --steps extend it)
-            raise SystemExit(f"spade.py: a resumed run keeps its saved config; {', '.join(changed)} cannot "
-                             f"change (these can: {', '.join('--' + k.replace('_', '-') for k in RESUMABLE)})")
-        if given.get("steps", saved["steps"]) <= step:
-            raise SystemExit(f"spade.py: {given['resume']} is at step {step} already: give more --steps to extend it")
-        return Config(**{**saved, **given}).derive()
+    if given.get("resume"):
+        return resumed_config(given)
     cfg = Config(**given)
     small = cfg.model.lower() in ("smollm2-135m", "tiny", "tiny-moe")
     embedded = cfg.preset == "embedded" or (cfg.preset == "auto" and small)
     preset = {**EMBEDDED, "skills": EMBEDDED_SKILLS.get(cfg.setting, "")} if embedded else {}
     return Config(**{**(RLVE if cfg.rlve else {}), **preset, **given}).derive()
+
+
+def resumed_config(given):
+    """--resume: the run's saved config, with what RESUMABLE lets a command line change (more --steps extend
+    it; --wandb holds for this invocation only). Any other flag that changes the config is refused in one
+    sentence; both sides are derived first, so `--thinking auto` matches a saved "off"."""
+    latest = Path(given["resume"]) / "latest"
+    if not latest.is_file():
+        raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']} (--resume takes a run's "
+                         f"directory, the one that holds `latest`)")
+    pointer = json.loads(latest.read_text())
+    try:
+        saved = Config(**{**pointer["config"], "wandb": False}).derive()   # derive: fields newer than the run
+    except TypeError as e:
+        raise SystemExit(f"spade.py: {latest} was written by another version of spade.py ({e})")
+    wanted = Config(**{**dataclasses.asdict(saved), **given}).derive()
+    changed = [f"--{f.name.replace('_', '-')} (saved: {getattr(saved, f.name)})" for f in dataclasses.fields(Config)
+               if f.name not in RESUMABLE and getattr(wanted, f.name) != getattr(saved, f.name)]
+    if changed:
+        raise SystemExit(f"spade.py: a resumed run keeps its saved config; {', '.join(changed)} cannot "
+                         f"change (these can: {', '.join('--' + k.replace('_', '-') for k in RESUMABLE)})")
+    if wanted.steps <= pointer["step"]:
+        raise SystemExit(f"spade.py: {given['resume']} is at step {pointer['step']} already: give more --steps")
+    return wanted
 
 
 def main(argv=None):

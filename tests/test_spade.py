@@ -185,6 +185,18 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     cfg = parse_config(["--resume", str(tmp_path), "--steps", "4", "--save-every", "1", "--model", "tiny"])
     assert (cfg.steps, cfg.save_every, cfg.resume) == (4, 1, str(tmp_path))
     assert {**dataclasses.asdict(cfg), "steps": 2, "save_every": saved["save_every"], "resume": ""} == saved
+    # The original command line again: its "derive me" values (auto, -1, 0) match what they derived to.
+    again = ["--model", "tiny", "--steps", "4", "--lr", "1e-5", "--thinking", "auto", "--kl-coef", "-1",
+             "--regen-interval", "0"]
+    assert parse_config(["--resume", str(tmp_path), *again]).steps == 4
+    # --wandb is this invocation's (a run logged to W&B resumes where wandb is missing); a config written
+    # by another version: fields it lacks take their defaults, one it has that we do not is one sentence.
+    older = {k: v for k, v in saved.items() if k != "top_k"}
+    (tmp_path / "latest").write_text(json.dumps({"step": 2, "config": {**older, "wandb": True}}))
+    assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).wandb is False
+    (tmp_path / "latest").write_text(json.dumps({"step": 2, "config": {**saved, "beam_width": 4}}))
+    with pytest.raises(SystemExit, match="written by another version of spade.py .*beam_width"):
+        parse_config(["--resume", str(tmp_path), "--steps", "4"])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test-vllm)")
