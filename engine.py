@@ -162,7 +162,7 @@ class HFEngine:
         try:
             whole = gathered(self.model) if self.sharded else contextlib.nullcontext(True)
             with torch.no_grad(), attention.implementation(self.model, "decode"), whole as fits:
-                if not fits and not self.warned:
+                if not fits and not self.warned and os.environ.get("RANK", "0") == "0":
                     print("WARNING: the sharded model does not fit whole beside a KV cache, so decoding "
                           "all-gathers its weights for every token (slow); vLLM is the engine for this")
                     self.warned = True

