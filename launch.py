@@ -86,9 +86,9 @@ def setup_distributed():
     import datetime
     import torch
     import torch.distributed as dist
-    # 30 min, not NCCL's 10: the other ranks wait in a collective while rank 0 alone reads a 61 GB
-    # checkpoint (models.load_sharded) or writes one (checkpoint.py), which slow disks stretch past 10.
-    # A rank that dies is caught sooner, by the launcher.
+    # 30 min, not NCCL's 10: the other ranks wait in a collective while rank 0 alone writes a 61 GB
+    # checkpoint (checkpoint.py), which slow disks stretch past 10 (models.load_sharded's wait for
+    # rank 0's read has a group of its own). A rank that dies is caught sooner, by the launcher.
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(minutes=30))
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))

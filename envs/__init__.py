@@ -205,7 +205,6 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
                 valid.append(Environment(env.env_id, env.skill, result.code))
             else:
                 rejected.append(f"{env.env_id}: {result.stage}: {result.error[:160]}")
-    if validate:
         print(f"pool: {len(valid)}/{len(candidates)} environments valid ({skipped} skipped lines)")
     if rejected:
         print(f"WARNING: {len(rejected)} of {len(candidates)} pool environments failed validation and are "
