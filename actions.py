@@ -4,7 +4,8 @@ Games act through `\\boxed{...}` (`game_action`); environments with tools throug
 the JSON or the XML form and a final `<answer>...</answer>` (`parse_tool_turn`). agent.py applies
 them to each generated turn.
 
-Choices where the official code differs or is silent (METHOD.md 13.3):
+Choices where the official code differs or is silent (METHOD.md 13.3; all of them: the README's
+"Where we differ from the official code"):
 - an empty or blank `\\boxed{ }` counts as no box (the model often echoes the instruction's
   `\\boxed{}`): the first simple box with something in it wins.
 - thinking models (METHOD.md 4.2; agent.py asks the template to think or not): the action is parsed
@@ -15,8 +16,10 @@ Choices where the official code differs or is silent (METHOD.md 13.3):
 import json
 import re
 
-# The simple forms \boxed{x}, \boxed{{x}}, \boxed{{{x}}} with no braces inside x (widest form first).
-_SIMPLE_BOXED = re.compile(r"\\boxed(?:\{\{\{([^{}]+)\}\}\}|\{\{([^{}]+)\}\}|\{([^{}]+)\})")
+# The simple forms \boxed{x}, \boxed{{x}}, \boxed{{{x}}} with no braces inside x, tried in this order over
+# the whole reply, as officially: "\boxed{{a}} then \boxed{b}" acts "b".
+_SIMPLE_BOXED = [re.compile(r"\\boxed\{([^{}]+)\}"), re.compile(r"\\boxed\{\{([^{}]+)\}\}"),
+                 re.compile(r"\\boxed\{\{\{([^{}]+)\}\}\}")]
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _XML_FUNCTION = re.compile(r"<function=([^>]+)>(.*?)</function>", re.DOTALL)
 _XML_PARAMETER = re.compile(r"<parameter=([^>]+)>(.*?)</parameter>", re.DOTALL)
@@ -37,9 +40,9 @@ def _closing_brace(text, start):
 def extract_boxed(text):
     """The command inside `\\boxed{...}` (METHOD.md 4.1), or None when there is no (non-blank) box.
 
-    The first simple `\\boxed{x}` / `\\boxed{{x}}` / `\\boxed{{{x}}}` whose x is not blank wins;
+    The first `\\boxed{x}` whose x is not blank, else the first such `\\boxed{{x}}`, else `\\boxed{{{x}}}`;
     otherwise the brace-balanced content of the LAST `\\boxed{`, with up to two enclosing brace
-    pairs stripped.
+    pairs stripped. (Officially a blank first box makes the whole reply the action; here it is skipped.)
 
     >>> extract_boxed("try \\\\boxed{probe A 5} then \\\\boxed{open}")
     'probe A 5'
@@ -47,12 +50,13 @@ def extract_boxed(text):
     'open'
     >>> extract_boxed("\\\\boxed{{open}}"), extract_boxed("\\\\boxed{{{{a}, {b}}}}")
     ('open', '{a}, {b}')
+    >>> extract_boxed("\\\\boxed{{a}} then \\\\boxed{b}")
+    'b'
     >>> extract_boxed("no box"), extract_boxed("\\\\boxed{}")
     (None, None)
     """
-    simple = (next(group for group in match.groups() if group is not None)
-              for match in _SIMPLE_BOXED.finditer(text))
-    content = next((group for group in simple if group.strip()), None)
+    content = next((match.group(1) for pattern in _SIMPLE_BOXED for match in pattern.finditer(text)
+                    if match.group(1).strip()), None)
     if content is None:
         start = text.rfind("\\boxed{")
         end = _closing_brace(text, start + len("\\boxed")) if start >= 0 else None

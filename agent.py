@@ -26,7 +26,8 @@ training sequence, [that prompt, mask 0] + [the reply, thinking included, mask 1
 the episode counts once. Without it the template is asked for `enable_thinking=False` (Qwen3-8B then
 answers without thinking; templates without the switch ignore it).
 
-Choices where the official code differs or is silent (METHOD.md 13.3):
+Choices where the official code differs or is silent (METHOD.md 13.3; all of them: the README's
+"Where we differ from the official code"):
 - seeds: `play_seeds` gives explicit per-play seeds; spade.py passes them to BOTH arms (hinted and
   unhinted), where the official code seeds only hinted plays. `seeds=None` resets without a seed.
 - hinted plays run exactly the loop of unhinted plays (the official re-tokenises them and skips the
@@ -59,7 +60,7 @@ import sandbox
 from actions import after_thinking, game_action, parse_tool_turn
 
 # The first message of a game (METHOD.md 4.1): a framing sentence, the observation, the instruction.
-GAME_FRAMING = "You are playing a language game: make valid actions, one per turn, to win."
+GAME_FRAMING = "You are playing a language game. Make valid actions to win."   # the official words
 GAME_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."   # Qwen's math line
 TOOL_CALL_REMINDER = ("(Your tool call could not be parsed. Write each call exactly as "
                       '<tool_call>{"name": "<tool name>", "arguments": {"<parameter>": <value>}}</tool_call> '

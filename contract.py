@@ -1,13 +1,16 @@
-"""The environment contract (METHOD.md 1): what environment code must look like and how it is run.
+"""The environment contract (METHOD.md 1): what environment code must look like, how it is run, and
+what may come back from it.
 
-Everything here executes INSIDE a sandbox child (sandbox.py imports it into its fork server), never
-in the trainer: the namespace environments are exec'd in, class discovery, construction with the
-max_turns cap, play-time coercion of what reset()/step() return, the designer's validation gate
-(METHOD.md 3.1, plus a determinism check), and `ToolUseBaseEnv`, the base class that tool-use
-environments subclass without importing it. The code extraction and brace repair applied to a
-designer's response are pure text functions and also live here.
+Two sides. Inside a sandbox child (forkserver.py imports it before forking), never in the trainer:
+the namespace environments are exec'd in, class discovery, construction with the max_turns cap,
+play-time coercion of what reset()/step() return (with the types the gate checks), the unboxed
+probes and criteria of the gate, and `ToolUseBaseEnv`, the base class that tool-use environments
+subclass without importing it (or import as `tool_use_base_env` or by the official package path).
+In the trainer: `checked_*` and `clean_*`, the types a reply must have whatever the child did to the
+coercion, and the code extraction and brace repair applied to a designer's response (pure text).
 
-The gate is deliberately stricter than METHOD.md 3.1 in three places:
+The gate (gate.py, METHOD.md 3.1 plus a determinism check) is deliberately stricter than
+METHOD.md 3.1 in these places (with the other deviations, in the README's "Where we differ"):
 - a blank (whitespace-only) observation from reset() fails, not only an empty one: it would give
   the agent an empty `Observation:` line and nothing to play.
 - reset(seed=123) must also return a non-blank observation, not merely not raise: every play resets
@@ -15,6 +18,8 @@ The gate is deliberately stricter than METHOD.md 3.1 in three places:
 - the criteria gate (step 3) also runs at rollout 0 and rejects when cls() or reset(seed) raises
   for a seed 0-2 instead of skipping that seed: such a game fails its plays at those seeds, and a
   game written at rollout 0 is no more trustworthy than a later one.
+Its reset() calls seed the global `random` and numpy generators from the seed first, as plays do,
+so a game whose only randomness is the unseeded global `random` is deterministic there too.
 """
 import ast
 import itertools
@@ -23,6 +28,7 @@ import math
 import random
 import re
 import sys
+import threading
 
 MAX_ERROR_CHARS = 64 * 1024        # an environment's exception text is truncated to this
 MAX_ACTION_CHARS = 100_000         # METHOD 1.1: the action string is truncated to 100k chars
@@ -36,7 +42,9 @@ UNBOXED_PROBES = ("1", "2", "test")   # METHOD 3.1 step 2: exceptions ignored, o
 # into every environment's namespace (and importable as module `tool_use_base_env`).
 # ---------------------------------------------------------------------------------------------
 class ToolUseBaseEnv:
-    """Tools are `self._tools = {name: {"description", "parameters"}}` plus `tool_<name>` methods."""
+    """Tools are `self._tools = {name: {"description", "parameters"}}` plus `tool_<name>` methods.
+    What it rewards, ends, reveals and dispatches is the official base class's (METHOD.md 1.3); its
+    feedback texts are our own words."""
 
     def __init__(self, max_turns=10, **kwargs):
         self.max_turns, self.turn_count = max_turns, 0
@@ -47,58 +55,80 @@ class ToolUseBaseEnv:
     def reset(self, seed=None):
         raise NotImplementedError("a tool-use environment implements reset()")
 
+    def solution(self):
+        raise NotImplementedError("a tool-use environment implements solution()")
+
+    def close(self):
+        pass
+
     def get_tools(self):
         return [{"type": "function", "function": {"name": name, "description": spec.get("description", ""),
                                                   "parameters": spec.get("parameters", {"type": "object", "properties": {}})}}
                 for name, spec in self._tools.items()]
 
     def execute_tool(self, name, args):
+        """Any `tool_<name>` method, listed in `_tools` or not (as officially); a successful call goes
+        into `_call_history` with its result."""
         method = getattr(self, f"tool_{name}", None)
-        if name not in self._tools or method is None:
+        if method is None:
             return {"output": f"Error: unknown tool '{name}'. Available: {', '.join(self._tools)}", "returncode": 1}
-        self._call_history.append({"name": name, "arguments": args})
         try:
-            return {"output": str(method(**(args or {}))), "returncode": 0}
+            result = str(method(**args))
         except Exception as e:  # a bad call is the agent's mistake, reported to it, not an env crash
-            return {"output": f"Error: {type(e).__name__}: {e}", "returncode": 1}
+            return {"output": f"Error calling {name}: {type(e).__name__}: {e}", "returncode": 1}
+        self._call_history.append({"name": name, "arguments": args, "result": result})
+        return {"output": result, "returncode": 0}
 
     def _check_answer(self, answer):
-        expected = str(self._expected_answer).strip()
-        if answer.strip().lower() == expected.lower():
+        """Case-insensitive equality, else numbers within 0.01 ($ and , dropped). `answer` is stripped."""
+        answer, expected = str(answer).strip(), str(self._expected_answer).strip()
+        if answer.lower() == expected.lower():
             return True
         try:
-            num = lambda s: float(s.strip().replace("$", "").replace(",", ""))
-            return abs(num(answer) - num(expected)) <= 0.01
-        except ValueError:
+            number = lambda s: float(s.replace("$", "").replace(",", "").strip())
+            return abs(number(answer) - number(expected)) < 0.01
+        except (ValueError, TypeError):
             return False
+
+    def _obs_suffix(self):
+        """Officially a no-op kept for older environments that append it in reset(): tools travel
+        through the chat template, not the observation."""
+        return ""
 
     def _incorrect_answer_feedback(self):
         messages, current = getattr(self, "_user_messages", None), getattr(self, "_current_msg", None)
-        if messages and current is not None and current < len(messages):
-            return f"Not done yet. The pending instruction is: {messages[current]}"
+        if isinstance(messages, (list, tuple)) and type(current) is int and 0 <= current < len(messages):
+            return (f"Not done yet: step {current + 1} of {len(messages)} is still open: {messages[current]} "
+                    "Finish it with the tools, then answer <answer>done</answer>.")
         return "That answer is not correct. Keep working with the tools."
 
     def step(self, action):
+        """An <answer> first, else one <tool_call>; on the last turn (truncated) the solution is shown."""
         self.turn_count += 1
         truncated = self.turn_count >= self.max_turns
-        reveal = lambda obs: obs + (f"\nSolution: {self.solution()}" if truncated and hasattr(self, "solution") else "")
+
+        def reply(observation, reward=0.0):
+            if truncated:
+                return f"{observation}\n\nTime is up. Solution:\n{self.solution()}", 0.0, False, True, {}
+            return observation, reward, False, False, {}
+
         answer = re.search(r"<answer>(.*?)</answer>", action, re.DOTALL)
         if answer:
-            if self._check_answer(answer.group(1)):
+            if self._check_answer(answer.group(1).strip()):
                 return "Correct!", 1.0, True, False, {}
-            return reveal(self._incorrect_answer_feedback()), 0.0, False, truncated, {}
+            return reply(self._incorrect_answer_feedback())
         call = re.search(r"<tool_call>(.*?)</tool_call>", action, re.DOTALL)
-        if call:
-            try:
-                parsed = json.loads(call.group(1))
-                name, args = parsed["name"], parsed.get("arguments", parsed.get("parameters", {}))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                return reveal("Error: the tool call is not valid JSON with a name."), -0.1, False, truncated, {}
-            if not isinstance(name, str) or name not in self._tools:   # ["f"] is unknown, not a crash
-                return reveal(f"Unknown tool. Available tools: {', '.join(self._tools)}"), 0.0, False, truncated, {}
-            return reveal("Tool result: " + self.execute_tool(name, args)["output"]), 0.0, False, truncated, {}
-        return (reveal('Format error: call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call> '
-                       "or answer with <answer>...</answer>."), -0.1, False, truncated, {})
+        if not call:
+            return reply('Format error: call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call> '
+                         "or answer with <answer>...</answer>.", -0.1)
+        try:
+            parsed = json.loads(call.group(1))
+            name, arguments = parsed.get("name", ""), parsed.get("arguments", {})
+        except (ValueError, AttributeError):   # not JSON, or not an object
+            return reply("Format error: the tool call is not a JSON object.", -0.1)
+        if getattr(self, f"tool_{name}", None) is None:   # a missing or non-str name is an unknown tool
+            return reply(f"Unknown tool '{name}'. Available tools: {', '.join(self._tools)}")
+        return reply("Tool result:\n" + self.execute_tool(name, arguments if isinstance(arguments, dict) else {})["output"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,39 +144,61 @@ def extract_code(text):
     return match.group(1) if match else text
 
 
+# CPython 3.11's parser keeps a recursion counter per interpreter, not per thread: two threads parsing at
+# once (validate_env runs in a thread pool) can fail with "AST constructor recursion depth mismatch".
+_PARSING = threading.Lock()
+
+
+def parse(source, mode="exec"):
+    """ast.parse, one thread at a time."""
+    with _PARSING:
+        return ast.parse(source, mode=mode)
+
+
+# A one-line f-string literal (any prefix with f, either quote; an escape or any other character, never
+# both, so that a run of backslashes matches in one way only), and a replacement field in it.
+_FSTRING = re.compile(r"""(?<![\w'"])([rRbB]?[fF][rRbB]?)(['"])((?:\\.|(?!\2)[^\\])*)\2""")
+_FIELD = re.compile(r"(?<!\{)\{([^{}]*)\}(?!\})")
+
+
 def repair_braces(code, max_iterations=20):
-    """Double the braces of `{...}` that are not Python expressions on the line a SyntaxError names.
+    """Double the braces of `{...}` fields that are not valid replacement fields, in the f-strings of
+    the line a SyntaxError names (METHOD.md 1.1's repair, up to 20 times).
 
     The common bug is an f-string that shows a command format: f"Reply \\boxed{move A 3}" is a
-    syntax error; after repair it is f"Reply \\boxed{{move A 3}}". `{name}` is left alone.
+    syntax error; after repair it is f"Reply \\boxed{{move A 3}}". `{name}`, `{x!r}` and `{x:.2f}`
+    are left alone, `{fire!}` is not a field. Unlike the official repair, braces outside f-strings (a
+    `{}` dict literal on the same line) are never touched.
+
+    >>> repair_braces('state = {}; say = f"Shout \\\\boxed{fire!} or {n}"; n = 1')
+    'state = {}; say = f"Shout \\\\boxed{{fire!}} or {n}"; n = 1'
     """
-    def is_expression(inner):  # `{x:.2f}` and `{x!r}` count: the part before ':' or '!' parses
-        for candidate in (inner, re.split(r"[!:]", inner)[0]):
-            try:
-                if candidate.strip():
-                    ast.parse(candidate.strip(), mode="eval")
-                    return True
-            except SyntaxError:
-                pass
-        return False
+    def is_field(inner):
+        try:
+            parse('f"""{' + inner + '}"""', mode="eval")
+            return True
+        except SyntaxError:
+            return False
+
+    def repair(literal):
+        body = _FIELD.sub(lambda f: f.group(0) if is_field(f.group(1)) else "{{" + f.group(1) + "}}", literal.group(3))
+        return literal.group(1) + literal.group(2) + body + literal.group(2)
 
     for _ in range(max_iterations):
         try:
-            ast.parse(code)
+            parse(code)
             return code
         except SyntaxError as error:
             lines = code.split("\n")
             if not error.lineno or error.lineno > len(lines):
                 return code
             line = lines[error.lineno - 1]
-            fixed = re.sub(r"(?<!\{)\{([^{}]*)\}(?!\})",
-                           lambda m: m.group(0) if is_expression(m.group(1)) else "{{" + m.group(1) + "}}", line)
+            fixed = _FSTRING.sub(repair, line)
             if fixed == line:
                 return code
             lines[error.lineno - 1] = fixed
             code = "\n".join(lines)
     return code
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,12 +244,20 @@ def namespace():
     return ns
 
 
+# The module names environment code may import the base class from: ours, and the official package's.
+BASE_CLASS_MODULES = ("tool_use_base_env", "spade", "spade.core", "spade.core.envs", "spade.core.envs.tool_use_base_env")
+
+
 def load_env_class(code):
-    """Exec the code, find the environment class: the first `*Env` callable (METHOD.md 1.1)."""
+    """Exec the code and return the environment class: the first `*Env` callable (METHOD.md 1.1), or
+    None when there is none. An exception from the code is ContractError("load")."""
     import linecache, types
-    module = types.ModuleType("tool_use_base_env")
-    module.ToolUseBaseEnv = ToolUseBaseEnv
-    sys.modules["tool_use_base_env"] = module
+    for name in BASE_CLASS_MODULES:   # this process is the environment's own: its modules are its world
+        module = sys.modules[name] = types.ModuleType(name)
+        module.__path__, module.ToolUseBaseEnv = [], ToolUseBaseEnv
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
     linecache.cache["<environment>"] = (len(code), None, code.splitlines(True), "<environment>")
     environment = types.ModuleType("environment")
     environment.__dict__.update(namespace())
@@ -212,28 +272,27 @@ def load_env_class(code):
     for name, obj in list(ns.items()):
         if name.endswith("Env") and callable(obj) and name not in ("Env", "ToolUseBaseEnv"):
             return obj
-    raise ContractError("load", "no class whose name ends in 'Env' was defined")
+    return None
 
 
-def construct(cls, max_turns):
-    """`cls()`, falling back to `cls(max_turns=...)`; then cap max_turns (METHOD.md 1.1)."""
+def construct(cls, max_turns=None):
+    """At play time (`max_turns` given): `cls()`, falling back to `cls(max_turns=...)`, then max_turns
+    capped (METHOD.md 1.1). For the gate (None): `cls(max_turns=1000)`, falling back to `cls()` (3.1 b).
+    Whether the instance has reset() and step() is the caller's check."""
     try:
         try:
-            env = cls()
+            env = cls() if max_turns else cls(max_turns=1000)
         except TypeError:
-            env = cls(max_turns=max_turns)
-        designed = getattr(env, "max_turns", None)
-        if hasattr(env, "max_turns"):
+            env = cls(max_turns=max_turns) if max_turns else cls()
+        if max_turns and hasattr(env, "max_turns"):
+            designed = env.max_turns
             ok = isinstance(designed, int) and not isinstance(designed, bool) and designed > 0
             env.max_turns = min(designed, max_turns) if ok else max_turns
+        return env
     except MemoryError:
         raise
     except BaseException as e:
-        raise ContractError("load", describe(e))
-    for method in ("reset", "step"):
-        if not callable(getattr(env, method, None)):
-            raise ContractError("load", f"the environment has no {method}() method")
-    return env
+        raise ContractError("load" if max_turns else "contract", describe(e))
 
 
 def plain_info(info):
@@ -251,24 +310,38 @@ def as_observation(obs, where):
     return str.__str__(obs)  # an exact str, whatever subclass came back
 
 
+def kinds(values):
+    """The types the gate checks (METHOD 3.1 d, e), as the official isinstance tests see them.
+    The parent decides with these; a child that lies about them only lies about itself."""
+    def kind(value):
+        if isinstance(value, str):
+            return "str"
+        if type(value) is bool:
+            return "bool"
+        if isinstance(value, (int, float)):
+            return "number"
+        return "dict" if isinstance(value, dict) else type(value).__name__
+    return [kind(value) for value in values]
+
+
 def play_reset(env, seed):
-    """reset(seed) of a played instance. The process's global RNGs are seeded from the play's seed first:
-    environments that draw from `random` or numpy's global generator in step() without seeding them
-    (dice, shuffles) then play the same for the same seed in every process, so that the ranks of a
-    multi-GPU run, which all play the same rollouts, stay in step. One instance per process here."""
+    """reset(seed) -> [observation, info, kinds]. The process's global RNGs are seeded from the play's
+    seed first: environments that draw from `random` or numpy's global generator without seeding them
+    (dice, shuffles) then play the same for the same seed, and pass the gate's determinism check."""
     if seed is not None:
         import numpy
         random.seed(seed)
         numpy.random.seed(seed % 2**32)
     result = env.reset(seed=seed)
     if isinstance(result, str):
-        return [as_observation(result, "reset()"), {}]
+        return [as_observation(result, "reset()"), {}, ["str"]]
     if not isinstance(result, tuple) or len(result) != 2:
         raise ContractError("contract", "reset() must return (observation, info)")
-    return [as_observation(result[0], "reset()"), plain_info(result[1])]
+    return [as_observation(result[0], "reset()"), plain_info(result[1]), kinds(result)]
 
 
 def play_step(env, action):
+    """step(action) -> [observation, reward, terminated, truncated, info, kinds], coerced as at play time."""
     result = env.step(str(action)[:MAX_ACTION_CHARS])
     if not isinstance(result, tuple) or len(result) != 5:
         got = f"a tuple of length {len(result)}" if isinstance(result, tuple) else type(result).__name__
@@ -280,103 +353,118 @@ def play_step(env, action):
         raise ContractError("contract", f"step() reward must be a number, got {type(reward).__name__}")
     if not math.isfinite(reward):
         raise ContractError("contract", f"step() reward must be finite, got {reward}")
-    return [as_observation(obs, "step()"), reward, bool(terminated), bool(truncated), plain_info(info)]
+    return [as_observation(obs, "step()"), reward, bool(terminated), bool(truncated), plain_info(info), kinds(result)]
 
 
-def gate(code):
-    """The official validation gate (METHOD.md 3.1 steps 2 and 3) plus determinism. Returns the
-    class name or fails with (stage, message). Runs inside one child, within one deadline, so a
-    hang anywhere, the unboxed probes included, is the caller's "timeout" stage."""
-    def fail(stage, message):
-        raise ContractError("contract", json.dumps([stage, message]))
-
-    try:
-        cls = load_env_class(code)
-    except ContractError as e:
-        fail("exec" if "no class" not in str(e) else "class", str(e))
-    name = getattr(cls, "__name__", "?")
-
-    def construct():
-        try:
-            try:
-                return cls(max_turns=1000)  # the gate's construction (METHOD 3.1 b)
-            except TypeError:
-                return cls()
-        except Exception as e:
-            fail("construct", describe(e))
-
-    def reset(env, seed, stage):
-        try:
-            result = env.reset(seed=seed)
-        except Exception as e:
-            fail(stage, describe(e))
-        obs = result[0] if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict) else result
-        if not isinstance(obs, str) or not obs.strip():
-            fail(stage, f"reset(seed={seed}) must return (non-empty str, dict) or a non-empty str")
-        return obs
-
-    env = construct()
-    for method in ("reset", "step"):
-        if not callable(getattr(env, method, None)):
-            fail("interface", f"{name} has no {method}() method")
-    first = reset(env, 42, "reset")
-    for probe in VALIDATION_PROBES:
-        try:
-            result = env.step(probe)
-        except Exception as e:
-            fail("step", f"step({probe!r}) raised {describe(e)}")
-        types_ok = (isinstance(result, tuple) and len(result) == 5 and isinstance(result[0], str)
-                    and isinstance(result[1], (int, float)) and type(result[2]) is bool
-                    and type(result[3]) is bool and isinstance(result[4], dict))
-        if not types_ok:
-            fail("step", f"step({probe!r}) must return (str, int|float, bool, bool, dict), got {result!r:.300}")
-        if not (math.isfinite(result[1]) and -10 <= result[1] <= 10):
-            fail("step", f"step({probe!r}) reward {result[1]} is outside [-10, 10]")
-        if result[2] or result[3]:
-            break
-    reset(env, 123, "reseed")
-    if reset(construct(), 42, "determinism") != first:
-        fail("determinism", "two fresh instances reset with seed 42 gave different first observations")
-    unboxed_probes(construct)
-    if isinstance(env, ToolUseBaseEnv):
-        criteria_gate(cls, fail)
-    return name
-
-
-def unboxed_probes(construct):
+def unboxed_probes(cls):
     """METHOD 3.1 step 2's last check: on a fresh instance, reset() and step each UNBOXED_PROBES
-    action, ignoring every exception (the official wrapper swallows them). Only a hang fails, and
-    the caller's deadline turns it into the "timeout" stage: a game that loops on a reply without a
-    box would otherwise pass the gate and hang its first play with an unboxed reply."""
+    action, ignoring every exception (the official wrapper swallows them), then close(), which must
+    not raise. Otherwise only a hang fails, and the caller's deadline turns it into the "timeout"
+    stage: a game that loops on a reply without a box would otherwise pass the gate and hang its
+    first play with an unboxed reply."""
     try:
-        env = construct()
-    except Exception:
-        return
+        env = construct(cls)
+    except ContractError:
+        return None
     for action in (None, *UNBOXED_PROBES):
         try:
             env.reset() if action is None else env.step(action)
         except Exception:
             pass
-
-
-def criteria_gate(cls, fail):
-    """Tool use (METHOD 3.1 step 3): reject iff at every evaluable seed some criterion raises."""
-    evaluable, raising = 0, []
-    for seed in (0, 1, 2):
+    if hasattr(env, "close"):   # officially the wrapper's close() ends validation: if it raises, it fails
         try:
-            env = cls()
-            env.reset(seed=seed)
+            env.close()
         except Exception as e:
-            fail("criteria", f"reset(seed={seed}) raised {describe(e)}")
-        criteria, state = getattr(env, "_message_criteria", None), getattr(env, "_state", None)
-        if criteria is None or state is None:
-            continue
-        evaluable += 1
-        for criterion in criteria:
-            try:
-                criterion(state)
-            except Exception as e:
-                raising.append(f"seed {seed}: {describe(e)}")
-                break
-    if evaluable and len(raising) == evaluable:
-        fail("criteria", "a success criterion raises on the initial state at every seed: " + "; ".join(raising))
+            raise ContractError("contract", f"close() raised {describe(e)}")
+    return None
+
+
+def criteria_at(cls, seed):
+    """Tool use (METHOD 3.1 step 3) at one seed: {"evaluable", "error"}: whether the instance exposes
+    criteria and a state, and the first criterion that raises on the initial state."""
+    try:
+        env = cls()
+        env.reset(seed=seed)
+    except Exception as e:
+        raise ContractError("contract", f"reset(seed={seed}) raised {describe(e)}")
+    criteria, state = getattr(env, "_message_criteria", None), getattr(env, "_state", None)
+    if criteria is None or state is None:
+        return {"evaluable": False, "error": None}
+    for criterion in criteria:
+        try:
+            criterion(state)
+        except Exception as e:
+            return {"evaluable": True, "error": f"seed {seed}: {describe(e)}"}
+    return {"evaluable": True, "error": None}
+
+
+# ---------------------------------------------------------------------------------------------
+# In the parent: what a reply may hold. The child is untrusted, so whatever its code did to the
+# coercion above (patched float, isfinite, json), the trainer gets exactly these types or a ReplyError.
+# ---------------------------------------------------------------------------------------------
+class ReplyError(ValueError):
+    """A reply that breaks the contract's types; sandbox.py raises it as SandboxError("output")."""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_JSON_DEPTH = 32
+
+
+def clean_text(value, what="a string"):
+    """A str that encodes as UTF-8: lone surrogates (JSON lets "\\ud800" through) become U+FFFD."""
+    if type(value) is not str:
+        raise ReplyError(f"{what} is a {type(value).__name__}, not a str")
+    return _SURROGATE.sub("\ufffd", value)
+
+
+def clean_json(value, what, depth=0):
+    """A JSON value made of dicts with str keys, lists, clean strs, finite numbers, bools and None,
+    nested at most MAX_JSON_DEPTH deep (a tool's parameter schema goes into the chat template)."""
+    if depth > MAX_JSON_DEPTH:
+        raise ReplyError(f"{what} is nested deeper than {MAX_JSON_DEPTH}")
+    if value is None or type(value) in (bool, int) or (type(value) is float and math.isfinite(value)):
+        return value
+    if type(value) is str:
+        return clean_text(value)
+    if type(value) is list:
+        return [clean_json(v, what, depth + 1) for v in value]
+    if type(value) is dict:
+        return {clean_text(k): clean_json(v, what, depth + 1) for k, v in value.items()}
+    raise ReplyError(f"{what} holds a {type(value).__name__}")
+
+
+def clean_info(value):
+    if type(value) is not dict or any(isinstance(v, (dict, list)) for v in value.values()):
+        raise ReplyError("info is not a flat JSON object")
+    return clean_json(value, "info")
+
+
+def checked_reset(value):
+    """[observation, info, kinds] from the child -> (str, dict, kinds)."""
+    if type(value) is not list or len(value) != 3 or type(value[2]) is not list:
+        raise ReplyError("reset's reply is not [observation, info, kinds]")
+    return clean_text(value[0], "the observation"), clean_info(value[1]), [clean_text(k) for k in value[2]]
+
+
+def checked_step(value):
+    """[observation, reward, terminated, truncated, info, kinds] -> the same, each of its type."""
+    if type(value) is not list or len(value) != 6 or type(value[5]) is not list:
+        raise ReplyError("step's reply is not [observation, reward, terminated, truncated, info, kinds]")
+    obs, reward, terminated, truncated, info, types = value
+    if type(reward) not in (int, float) or not math.isfinite(reward):
+        raise ReplyError(f"the reward is {reward!r:.40}, not a finite number")
+    if type(terminated) is not bool or type(truncated) is not bool:
+        raise ReplyError("terminated and truncated must be bools")
+    return (clean_text(obs, "the observation"), float(reward), terminated, truncated, clean_info(info),
+            [clean_text(k) for k in types])
+
+
+def checked_tools(value):
+    """The tool list for the chat template: [{"type": "function", "function": {name, description, parameters}}]."""
+    tools = clean_json(value, "the tool list")
+    for tool in tools if type(tools) is list else [None]:
+        function = tool.get("function") if type(tool) is dict else None
+        if type(function) is not dict or type(function.get("name")) is not str or \
+                type(function.get("parameters", {})) is not dict:
+            raise ReplyError("a tool is not {'type': 'function', 'function': {'name': str, 'parameters': dict}}")
+    return tools

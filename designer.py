@@ -16,7 +16,8 @@ prompts.py, our own words); skill schedule 2.2; up to 5 validated attempts per s
 document and memory sample, failures never trained 3.1 and 3.4; the sample = prompt tokens (mask 0) +
 response tokens (mask 1, their log-probs) 2.3; hints (mode "self") 5.
 
-Where we differ from the official code (METHOD.md 13.3 and around it):
+Where we differ from the official code (METHOD.md 13.3 and around it; all of them: the README's
+"Where we differ from the official code"):
 - No global `random`: ideas, tool-use domain/variant and memory samples use the caller's `rng`
   (corpus.py keeps its own).
 - The no-corpus prompt asks for a private `random.Random(seed)`, not `random.seed(seed)` (13.3).
@@ -50,7 +51,7 @@ from pathlib import Path
 import prompts
 from actions import after_thinking, extract_boxed
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
-from sandbox import validate_env
+from gate import validate_env
 
 SETTINGS = ("games", "tool_use")
 SNIPPET_CHARS = 2000                  # METHOD 8: memory keeps the first 2000 characters of the code
@@ -235,7 +236,7 @@ class _Attempt:
     attempt: int
     completion: object = None     # engine.Completion
     response_text: str = ""
-    validation: object = None     # sandbox.Validation
+    validation: object = None     # gate.Validation
 
 
 def _prepare(slot, skill, attempt, setting, corpus, memory, rng, difficulty, tokenizer) -> _Attempt:

@@ -80,6 +80,10 @@ class LearningPotentialTracker:
     fast: dict[str, float] = field(default_factory=dict)
     slow: dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self):
+        if not self.fast_weight > self.slow_weight:   # the gap's normaliser 2 (fast - slow) must be positive
+            raise ValueError(f"fast_weight ({self.fast_weight}) must exceed slow_weight ({self.slow_weight})")
+
     def update(self, skill: str, reward: float) -> None:
         if skill not in self.slow:
             self.fast[skill] = self.slow[skill] = reward
@@ -126,14 +130,18 @@ def regret_based(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker |
 def learning_potential(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
                        lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
     """Ablation: update each skill's tracker once with the mean of all plays of that skill's envs in
-    the batch, then x = |w - mu_slow(skill)|. Mutates `tracker`: call once per delayed batch.
+    the batch (a skill with no plays is not updated), then x = |w - mu_slow(skill)|, mu_slow 0 for a
+    skill never updated, and x = 0 for an environment with no plays in its window (all of them failed:
+    a hung game is not rewarded). Mutates `tracker`: call once per delayed batch.
     Example (fresh tracker): envs of one skill with windows [[1, 1]] and [[0, 0, 0, 1]] -> skill mean
     3/6 = 0.5 -> mu_slow = 0.5 -> x = [|1 - 0.5|, |0.25 - 0.5|] = [0.5, 0.25]."""
     if tracker is None:
         raise ValueError("learning_potential needs its LearningPotentialTracker (tracker=...)")
     for skill in dict.fromkeys(o.skill for o in outcomes):
-        tracker.update(skill, mean_reward([r for o in outcomes if o.skill == skill for r in o.all_plays]))
-    return [abs(o.window_mean - tracker.slow[o.skill]) for o in outcomes]
+        plays = [r for o in outcomes if o.skill == skill for r in o.all_plays]
+        if plays:
+            tracker.update(skill, mean_reward(plays))
+    return [abs(o.window_mean - tracker.slow.get(o.skill, 0.0)) if o.all_plays else 0.0 for o in outcomes]
 
 
 DESIGNER_REWARDS = {"blend": blend, "solve_rate": solve_rate, "regret_based": regret_based,

@@ -100,9 +100,10 @@ def designer_advantages(rewards: list[float], skills: list[str], scale: float) -
 
 def role_scale(num_agent: int, num_designer: int, regen_interval: int, cap: float = 50.0) -> float:
     """Role-balancing scale S = min(cap, N_agent / N_designer * R) (METHOD 6.2 step 4); N_agent = agent
-    episodes of the current step, N_designer = delayed designer samples kept for the batch. With no
-    designer samples there is nothing to scale: 0.0, so an epoch where every design failed needs no
-    special case. Examples: games 192 / 24 * 4 = 32; tool use 192 / 24 * 8 = 64 -> 50; (192, 0, 4) -> 0."""
+    episodes of the current step, N_designer = delayed designer samples kept for the batch. With either
+    count 0 the ratio is undefined and S is 1.0, as officially: designer samples of a step whose agent
+    plays all failed keep their centred advantages unscaled. Examples: games 192 / 24 * 4 = 32; tool use
+    192 / 24 * 8 = 64 -> 50; (192, 0, 4) -> 1.0; (0, 24, 4) -> 1.0."""
     if num_agent < 0 or num_designer < 0 or regen_interval < 1:
         raise ValueError(f"bad counts: num_agent={num_agent} num_designer={num_designer} R={regen_interval}")
-    return min(cap, num_agent / num_designer * regen_interval) if num_designer else 0.0
+    return min(cap, num_agent / num_designer * regen_interval) if num_designer and num_agent else 1.0

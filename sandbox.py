@@ -1,64 +1,73 @@
 """The only place model-written environment code runs.
 
 An environment is Python written by a model that is being trained. It may loop forever, allocate
-50 GB, fork, open sockets, delete files, read secrets, print megabytes, return garbage or crash the
-interpreter. The trainer must survive all of it, so environment code never runs in the trainer:
+50 GB, fork, open sockets, write files, read secrets, print megabytes, lie in its replies, return
+garbage or crash the interpreter. The trainer must survive all of it, so environment code never runs
+in the trainer:
 
     with EnvSandbox(code, timeout_s=30.0, memory_mb=1024) as env:   # one instance, one child process
         obs, info = env.reset(seed=0)
         obs, reward, terminated, truncated, info = env.step("\\boxed{open}")
 
-    validate_env(response_text).ok                                    # the designer's gate (METHOD 3.1)
+What environment code must look like, and what a reply may hold, is contract.py (METHOD.md 1); the
+designer's gate that runs through this is gate.py. How: a fork server (forkserver.py), started once
+per trainer process inside a bubblewrap jail, has imported what environments commonly use; each
+EnvSandbox has it fork one child, which confines itself (confine.py) and serves requests over a
+socket pair: 4-byte length + JSON, never pickle. Forking a warm interpreter costs milliseconds, not
+the ~200 ms of a new one (bench/sandbox_bench.py).
 
-What environment code must look like, how it is constructed and what its replies are coerced to
-is contract.py (METHOD.md 1); this file runs that code in isolation.
+What each child gets (protected against):
+- time: a deadline per call, enforced by the parent on what it sends as well as on the reply; past
+  it the child is SIGKILLed, and as pid 1 of its own PID namespace it takes everything with it.
+  Between calls the child is stopped (SIGSTOP), so it computes nothing while no call is in flight.
+- memory: RLIMIT_AS (the fork server's mappings + memory_mb) gives a MemoryError; a memory cgroup of
+  its own (v1 here; v2 where the memory controller is delegated) also counts what RLIMIT_AS misses
+  (memfd, SysV shared memory and queues, its tmpfs) and kills it past the limit ("memory"); its
+  oom_score_adj is 1000, so the machine's OOM killer takes sandboxes before the trainer.
+- processes: RLIMIT_NPROC 0 (no fork, subprocess, os.system or threads, for any child that is not
+  real root) and seccomp's refusal of clone3 and of user-namespace clones; a PID namespace of its own,
+  so it sees and can signal no other process: not the trainer, the fork server or another sandbox.
+- files: a read-only view of the host in which /home, /root, /run, /tmp and /var/tmp are empty,
+  read-only tmpfs, but for the interpreter's, the project's and the trainer's sys.path directories
+  (read-only, so imports work as in the trainer); one writable place, a private 64 MiB tmpfs on /tmp
+  (also /dev/shm, its cwd and HOME) that vanishes with it; RLIMIT_FSIZE 16 MiB, RLIMIT_NOFILE 64;
+  a read-only /dev of null, zero, full, random, urandom, tty, ptmx and pts, shm and the fd links:
+  no /dev/nvidia*, no /dev/dri, so no GPU memory beside the trainer's.
+- network and IPC: network, IPC and UTS namespaces of its own (no interfaces; SysV objects and POSIX
+  queues die with it), and socket() refused by a seccomp filter, so not even a unix socket on the
+  host can be reached.
+- identity: a uid of its own, unique among the fork servers that share /run (when the trainer is
+  root), no capabilities and an empty bounding set, NO_NEW_PRIVS (setuid binaries give nothing), not
+  dumpable, a fresh empty session keyring (keyctl refused), an environment with only PATH, HOME and
+  TMPDIR, stdio on /dev/null.
+- what comes back: the parent reads at most one capped frame per call, as strict JSON (no NaN, no
+  trailing data), checks the request id, that nothing arrived between calls and every type (a str
+  observation with lone surrogates replaced, a finite float reward, bool flags, a flat JSON info,
+  tool schemas at most 32 deep). Any of it wrong is SandboxError("output").
+- the fork server survives whatever a child leaves behind (its files go with its mount namespace),
+  its children die with it (PR_SET_PDEATHSIG), and it exits when the trainer's socket closes; one
+  that stops answering for 30 s is killed and started again.
 
-How. A fork server ("zygote") is started once per trainer process: a fresh interpreter that imports
-the standard-library modules environments use and numpy, then waits. Each EnvSandbox asks it to
-fork one child; the child isolates itself and serves requests over a socket pair with a compact
-framing (4-byte length + JSON; JSON, never pickle, because the parent must not unpickle what
-untrusted code wrote). Forking a warm interpreter costs milliseconds, not the ~50 ms of a new one.
-
-What each child gets (protected against; confine.py sets up the namespaces, limits and uid):
-- a hard per-call deadline enforced by the parent: past it, the process group is SIGKILLed;
-- RLIMIT_AS = the zygote's address space (numpy included, ~140+ MB) + memory_mb; RLIMIT_CPU set
-  before every call to the CPU time used + the deadline + 1 s (so the parent's deadline fires
-  first); RLIMIT_FSIZE 16 MiB per file; RLIMIT_NOFILE 64; RLIMIT_NPROC 0, which forbids fork,
-  subprocess, os.system and also new threads; no core dumps;
-- an unprivileged uid of its own when the trainer is root (root ignores RLIMIT_NPROC; a uid per
-  sandbox also stops one sandbox signalling another, the zygote or the trainer, or reading their
-  /proc/<pid>/environ); its own session and process group;
-- no network: when the kernel allows (root, or unprivileged user namespaces), the zygote enters a
-  new network namespace with no interfaces, so even 127.0.0.1 is unreachable; otherwise a refusing
-  socket layer is installed in the child (which determined code can bypass via `_socket`).
-  `isolation()` says which one is active;
-- a private mount namespace where the kernel allows it, with a fresh tmpfs on /tmp and /dev/shm,
-  so nothing written there reaches the host; a fresh working directory per child, removed when it
-  is reaped; everything else outside it is writable only where the unprivileged uid could already
-  write (nowhere, on a normal install);
-- an environment with no secrets: the zygote starts with only a minimal PATH (plus thread-count
-  and hash-seed variables), so no API key of the trainer is ever inherited;
-- stdin/stdout/stderr on /dev/null (printing megabytes goes nowhere), replies capped at 1 MiB
-  (observation plus info) in the child and again in the parent, which never reads more;
-- the zygote exits and kills its children when the trainer dies (it sees its socket close).
-
-What it does NOT protect against: syscalls in general (no seccomp filter: a kernel exploit
-escapes), reading world-readable files (/etc, the code of this project), CPU side channels, using
-the whole CPU for up to the deadline, or disk/memory pressure on the tmpfs up to its size. Imports
-of modules that the zygote has not preloaded fail after the uid drop where the interpreter's own
-directory is not readable by other users (elsewhere they work): PRELOAD holds the standard library
-that environment code was found to use, which is what the designer prompt allows.
+What it does NOT protect against: kernel exploits (the seccomp filter is a short deny list, not an
+allow list; gVisor is the tool for that); reading world-readable files of the host outside the
+emptied directories (/etc, /usr, this project's code, ...); CPU side channels; using a CPU fully
+for up to the deadline of each call; an environment that replaces the child's request loop with its
+own (it is the same process) and answers every request itself: the gate can only judge what it
+answers, and its plays then go as it answers, type-checked like any other. Where a layer is not
+available on a machine (no bubblewrap, no CAP_SYS_ADMIN, no memory cgroup, not root, another CPU
+architecture), `isolation()` says which, a WARNING says so once at start, and the others still hold;
+where the jail, the namespaces and a uid of its own are all missing, the sandbox refuses to start
+(environment code would run as the trainer's user, beside it), unless SPADE_UNSAFE_SANDBOX=1.
 
 Every failure raises SandboxError with .kind in {"load", "contract", "timeout", "memory",
-"crash", "output"}; after it the child and its process group are dead and reaped and .alive is
-False. The agent turns it into an episode reward of -1 (METHOD.md 1.1); nothing here hides it.
+"crash", "output"}; after it the child is dead and reaped and .alive is False. The agent turns it
+into an episode reward of -1 (METHOD.md 1.1); nothing here hides it.
 """
-import ast
+import atexit
+import functools
 import itertools
 import json
 import os
-import select
-import shutil
 import signal
 import socket
 import struct
@@ -67,29 +76,13 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 
-from confine import confine_child, isolate_zygote
-from contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, ContractError, ToolUseBaseEnv,  # noqa: F401
-                      construct, describe, extract_code, gate, load_env_class, play_reset, play_step,
-                      repair_braces)
+import confine
+from contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, ReplyError, checked_reset, checked_step,
+                      checked_tools, clean_text)
+from forkserver import frame, readable, recv, send, strict_json
 
-MAX_REPLY_BYTES = 1 << 20          # observation + info, per reply
 KINDS = ("load", "contract", "timeout", "memory", "crash", "output")
-
-# Modules the zygote imports before any child exists: after the uid drop an interpreter installed in a
-# directory other users cannot read (under /root, say) imports nothing else, and stdlib modules that
-# model-written code uses would fail to load on one machine and not on another. METHOD 1.1's
-# namespace and what its names need; what hostile code reaches for; numpy.random with `secrets`, which
-# its generators import on first use; `__future__` (`from __future__ import annotations` is an import);
-# every codec (`codecs.encode(s, "rot13")` looks its module up by name); and what environment code
-# commonly imports besides. An audit of 52 environments in the style of model output found these.
-PRELOAD = """__future__ abc array base64 bisect calendar cmath codecs collections collections.abc colorsys
-copy csv ctypes dataclasses datetime decimal difflib enum fractions functools graphlib hashlib heapq
-html io ipaddress itertools json logging math numbers operator pathlib pprint queue random re sched
-secrets shlex socket statistics string struct subprocess textwrap time traceback types typing
-unicodedata urllib.parse uuid warnings weakref zlib zoneinfo _strptime numpy numpy.random""".split()
-
 
 class SandboxError(Exception):
     """A failure of environment code or of its process. `.kind` is one of KINDS."""
@@ -101,268 +94,293 @@ class SandboxError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------
-# Child side: what runs inside the forked, isolated process.
+# The trainer's side: its handle on the fork server, and one EnvSandbox per environment instance.
 # ---------------------------------------------------------------------------------------------
-def _serve(sock, max_turns):
-    """The child's request loop: one request in, one reply out, until the parent kills us."""
-    env = None
-    handlers = {
-        "load": lambda req: _load(req, max_turns),
-        "reset": lambda req: play_reset(env, req.get("seed")),
-        "step": lambda req: play_step(env, req["action"]),
-        "tools": lambda req: json.loads(json.dumps(env.get_tools())) if hasattr(env, "get_tools") else [],
-        "call_tool": lambda req: str(env.execute_tool(req["name"], req["arguments"]).get("output", "")),
-        "validate": lambda req: gate(req["code"]),
-    }
-    reserve = bytearray(1 << 20)  # released on MemoryError so that the reply can be built
-    while True:
-        request = _recv(sock, float("inf"))
-        reserve = reserve or bytearray(1 << 20)
-        try:
-            _set_cpu_limit(request.get("timeout_s", 30.0))
-            value = handlers[request["op"]](request)
-            if request["op"] == "load":
-                env, value = value
-            reply = {"ok": True, "value": value}
-        except ContractError as e:
-            reply = {"ok": False, "kind": e.kind, "error": str(e)}
-        except MemoryError:
-            reserve = None
-            reply = {"ok": False, "kind": "memory", "error": "the environment ran out of memory (RLIMIT_AS)"}
-        except BaseException as e:  # SystemExit, KeyboardInterrupt, ... raised by environment code
-            reply = {"ok": False, "kind": "load" if request["op"] == "load" else "contract", "error": describe(e)}
-        try:
-            data = json.dumps(reply).encode()
-        except (TypeError, ValueError) as e:
-            data = json.dumps({"ok": False, "kind": "contract", "error": f"unserialisable reply: {e}"}).encode()
-        except MemoryError:  # e.g. a 100 MB observation in a small memory limit
-            data = json.dumps({"ok": False, "kind": "output", "error": "the reply is too large to serialise"}).encode()
-        if len(data) > MAX_REPLY_BYTES:
-            data = json.dumps({"ok": False, "kind": "output",
-                               "error": f"reply of {len(data)} bytes exceeds the {MAX_REPLY_BYTES}-byte cap"}).encode()
-        sock.sendall(struct.pack(">I", len(data)) + data)
-
-
-def _load(request, max_turns):
-    cls = load_env_class(request["code"])
-    return construct(cls, max_turns), getattr(cls, "__name__", "?")
-
-
-def _set_cpu_limit(timeout_s):
-    import resource
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    budget = int(used.ru_utime + used.ru_stime + timeout_s) + 2   # above the parent's deadline
-    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-    resource.setrlimit(resource.RLIMIT_CPU, (min(budget, hard), hard))
-
-
-def _recv(sock, deadline, limit=MAX_REPLY_BYTES + 4096):
-    """One framed JSON message. Raises TimeoutError past `deadline` (time.monotonic()),
-    EOFError when the peer is gone, ValueError for an oversized or malformed frame."""
-    buffer, size = bytearray(), None
-    while size is None or len(buffer) < 4 + size:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([sock], [], [], min(remaining, 3600))[0]:
-            raise TimeoutError
-        chunk = sock.recv(1 << 20 if size is None else min(4 + size - len(buffer), 1 << 20))
-        if not chunk:
-            raise EOFError
-        buffer += chunk
-        if size is None and len(buffer) >= 4:
-            (size,) = struct.unpack(">I", buffer[:4])
-            if size > limit:
-                raise ValueError(f"a reply of {size} bytes exceeds the {MAX_REPLY_BYTES}-byte cap")
-    return json.loads(bytes(buffer[4:]))
-
-
-# ---------------------------------------------------------------------------------------------
-# The zygote: a warm interpreter that forks one isolated child per sandbox.
-# ---------------------------------------------------------------------------------------------
-def _zygote_main(control_fd):
-    """Serve spawn/reap requests from the trainer until its socket closes."""
-    for name in PRELOAD:
-        __import__(name)
-    import encodings, pkgutil
-    for codec in pkgutil.iter_modules(encodings.__path__):
-        try:
-            __import__(f"encodings.{codec.name}")
-        except ImportError:  # mbcs, oem: Windows only
-            pass
-    isolation = isolate_zygote()
-    control = socket.socket(fileno=control_fd)
-    children = {}                                     # pid -> working directory
-    control.send(json.dumps({"isolation": isolation}).encode())
-    while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(control, 65536, 1)
-        except OSError:
-            message = b""
-        if not message:                               # the trainer is gone: take everything down
-            for pid in children:
-                _kill_group(pid)
-            os._exit(0)
-        request = json.loads(message)
-        if request["op"] == "spawn":
-            workdir = tempfile.mkdtemp(prefix="spade-env-")
-            pid = os.fork()
-            if pid == 0:
-                control.close()
-                child = socket.socket(fileno=fds[0])
-                try:
-                    confine_child(request["uid"], request["memory_mb"], workdir, isolation)
-                    _serve(child, request["max_turns"])
-                finally:
-                    os._exit(70)
-            os.close(fds[0])
-            children[pid] = workdir
-            control.send(json.dumps({"pid": pid}).encode())
-        elif request["op"] == "reap":
-            pid = request["pid"]
-            _kill_group(pid)
-            _, status = os.waitpid(pid, 0)
-            shutil.rmtree(children.pop(pid), ignore_errors=True)
-            control.send(json.dumps({"status": status}).encode())
-
-
-def _kill_group(pid):
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def sandbox_uid(number: int) -> int:
-    """The uid of a process's `number`th sandbox, from 100000 on. The ranks of a multi-GPU run each
-    have a range of their own, so that a sandbox cannot signal another rank's sandboxes either.
-
-    >>> sandbox_uid(0), sandbox_uid(60_001)
-    (100000, 100001)
-    """
-    rank, ranks = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    span = 60_000 // max(ranks, 1)
-    return 100_000 + rank * span + number % span
-
-
 class _Zygote:
-    """The trainer's handle on its fork server (one per trainer process, started lazily)."""
-    _instance, _lock = None, threading.Lock()
-    _uids = itertools.count()
+    """The trainer's fork server (one per trainer process, started lazily), its uids and cgroup."""
+    _instance, _starting = None, threading.Lock()
 
     def __init__(self):
         import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # one fd per live sandbox
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # two fds per live sandbox
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+        self.owner, self._slots, self._orphans, self.failure = os.getpid(), set(), [], ""
+        self._lock, self._requests = threading.Lock(), itertools.count()
+        self.uid_base, self.cgroup, cgroup_note = _machine_share(os.getpid())
+        here = os.path.dirname(os.path.abspath(__file__))
+        readable = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, here, *sys.path,
+                    os.path.dirname(os.path.realpath(sys.executable))]
+        self._config = {"cgroup": self.cgroup, "cgroup_note": cgroup_note, "rebound": confine.rebound(readable),
+                        "uid": self.uid_base and self.uid_base + confine.UID_BLOCK - 1,   # the trials' uid
+                        "path": [os.path.abspath(p) for p in sys.path if p]}               # imports as here
+        prefix, jail = confine.jail(readable, [self.cgroup] if self.cgroup else [])
+        hello = prefix is not None and self._start(prefix)
+        if not hello:   # no bubblewrap, or it cannot run here (no user namespaces, say): unjailed
+            jail = f"missing: {jail if prefix is None else self.failure}"
+            hello = self._start([])
+        if not hello:
+            raise RuntimeError(f"the sandbox fork server could not start: {self.failure}")
+        self.isolation = {"jail": jail, **hello["isolation"]}
+        missing = {layer: line.removeprefix("missing: ") for layer, line in self.isolation.items()
+                   if line.startswith("missing: ")}
+        if {"jail", "namespaces", "uid"} <= set(missing) and os.environ.get("SPADE_UNSAFE_SANDBOX") != "1":
+            self.close()   # environment code would run as the trainer's user, beside it, seeing everything
+            raise RuntimeError("the sandbox cannot isolate environment code here: " + "; ".join(
+                f"{layer}: {why}" for layer, why in missing.items()) + ". Install bubblewrap, allow unprivileged "
+                "user namespaces, or run as root; SPADE_UNSAFE_SANDBOX=1 runs it with rlimits and seccomp only")
+        if missing:
+            print("WARNING: the sandbox's isolation is partial here; missing: " + "; ".join(
+                f"{layer} ({why})" for layer, why in missing.items()), file=sys.stderr, flush=True)
+
+    def _start(self, prefix):
+        """Run the fork server (behind `prefix`): its hello, or None when it died first (`self.failure`
+        then says why). Slow is not broken: no hello within 60 s is an error, never a fallback."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [*prefix, sys.executable, "-u", os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver.py"),
+                "--serve", str(theirs.fileno()), json.dumps(self._config)]
+        log = tempfile.TemporaryFile()
         env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1",
                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-u", os.path.abspath(__file__), "--zygote", str(theirs.fileno())],
-            pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, cwd="/")
+        self.process = subprocess.Popen(argv, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=log, cwd="/")
         theirs.close()
-        self.control, self.owner = ours, os.getpid()
-        self.isolation = json.loads(self._reply(timeout=60))["isolation"]
+        self.control = ours
+        if not readable(ours, 60):
+            self.process.kill()
+            raise RuntimeError("the sandbox fork server did not answer within 60 s")
+        data = ours.recv(65536)
+        if data:
+            return json.loads(data)
+        log.seek(0)
+        said = log.read().decode(errors="replace").strip().splitlines()
+        self.failure = f"{os.path.basename(argv[0])}: {said[-1] if said else 'exited'}"
+        self.process.wait()
+        ours.close()
+        return None
 
     @classmethod
     def get(cls):
-        with cls._lock:
+        with cls._starting:
             z = cls._instance
             if z is None or z.owner != os.getpid() or z.process.poll() is not None:
+                if z is not None and z.owner == os.getpid():
+                    z.close()
                 cls._instance = z = cls()
             return z
 
-    def _reply(self, timeout=30):
-        if not select.select([self.control], [], [], timeout)[0]:
-            raise RuntimeError("the sandbox fork server did not answer")
-        data = self.control.recv(65536)
-        if not data:
-            raise RuntimeError(f"the sandbox fork server died (exit code {self.process.poll()})")
-        return data
+    def _exchange(self, message, fds=()):
+        """One request and its reply (the caller holds the lock). No reply in 30 s, or one with another
+        id, means the fork server is wedged: it is killed (its children die with it) and restarted."""
+        number = next(self._requests)
+        try:
+            socket.send_fds(self.control, [json.dumps({**message, "id": number}).encode()], list(fds))
+            if readable(self.control, 30):
+                reply = json.loads(self.control.recv(65536) or b"null")
+                if type(reply) is dict and reply.get("id") == number:
+                    return reply
+        except OSError:
+            pass
+        self.process.kill()
+        raise RuntimeError(f"the sandbox fork server did not answer (exit code {self.process.poll()})")
 
-    def spawn(self, child_end, memory_mb, max_turns):
-        uid = sandbox_uid(next(self._uids))          # a uid per sandbox: they cannot signal each other
-        request = {"op": "spawn", "uid": uid, "memory_mb": memory_mb, "max_turns": max_turns}
+    def spawn(self, child_end, memory_mb):
+        """A new confined child that serves `child_end`: (its pid in the fork server, its slot)."""
         with self._lock:
-            socket.send_fds(self.control, [json.dumps(request).encode()], [child_end.fileno()])
-            return json.loads(self._reply())["pid"]
+            self._reap_orphans()
+            # The lowest free slot: its memory cgroup is made once and reused (making one takes ms).
+            slot = next(n for n in itertools.count() if n not in self._slots)
+            uid = self.uid_base and self.uid_base + slot   # a uid per sandbox, unique on the machine
+            reply = self._exchange({"op": "spawn", "slot": slot, "uid": uid, "memory_mb": memory_mb},
+                                   [child_end.fileno()])
+            if "error" in reply:
+                raise RuntimeError(reply["error"])
+            self._slots.add(slot)
+            return reply["pid"], slot
 
-    def reap(self, pid):
+    def reap(self, pid, slot):
+        """Kill and reap a child: (its wait status, whether its memory cgroup killed it)."""
         with self._lock:
-            self.control.send(json.dumps({"op": "reap", "pid": pid}).encode())
-            return json.loads(self._reply())["status"]
+            self._reap_orphans()
+            try:
+                reply = self._exchange({"op": "reap", "pid": pid})
+            finally:
+                self._slots.discard(slot)
+            return reply.get("status"), reply.get("oom")
+
+    def orphan(self, pid, slot):
+        """A sandbox collected without close() (EnvSandbox.__del__): reaped by the next request. No lock
+        here, as the collector may run inside a locked request of this very thread."""
+        self._orphans.append((pid, slot))
+
+    def _reap_orphans(self):
+        while self._orphans:
+            pid, slot = self._orphans.pop()
+            try:
+                self._exchange({"op": "reap", "pid": pid})
+            finally:
+                self._slots.discard(slot)
+
+    def close(self):
+        """The fork server takes its children down (it sees its socket close), then the cgroup goes."""
+        self.control.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        if self.cgroup:
+            confine.remove_cgroup(self.cgroup)
+
+
+@atexit.register
+def _close_at_exit():
+    zygote = _Zygote._instance
+    if zygote is not None and zygote.owner == os.getpid():
+        zygote.close()
+
+
+@functools.lru_cache(maxsize=None)
+def _machine_share(pid):
+    """What trainer process `pid` holds on the machine for its sandboxes, once even if its fork server is
+    restarted (a process it forks claims its own): (a uid block only it uses, or None when not root; its
+    memory cgroup or None; a note)."""
+    uid_base = confine.claim_uids()[1] if os.getuid() == 0 else None   # the lock's fd stays open
+    return (uid_base, *confine.memory_cgroup())
 
 
 def isolation():
-    """How children are cut off from the network here (starts the fork server if needed)."""
-    return _Zygote.get().isolation
+    """What confines a sandbox here, layer by layer: {"jail", "namespaces", "memory", "uid",
+    "syscalls"} -> a line each, "missing: why" where a layer is not available. Starts the fork server,
+    and raises RuntimeError where it cannot start or could not isolate anything (see _Zygote)."""
+    return dict(_Zygote.get().isolation)
 
 
 class EnvSandbox:
-    """One environment instance in its own isolated child process, for one episode."""
+    """One environment instance in its own confined child process, for one episode."""
 
     def __init__(self, code, *, timeout_s=30.0, memory_mb=1024, max_turns=PLAY_MAX_TURNS):
         self.timeout_s, self.pid, self.alive, self.class_name = timeout_s, None, False, None
+        self._pidfd, self._requests, self._lock = None, itertools.count(), threading.RLock()
         ours, theirs = socket.socketpair()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)   # the ready byte carries the child's pid
         try:
             self._zygote = _Zygote.get()
-            self.pid = self._zygote.spawn(theirs, memory_mb, max_turns)
+            self._server_pid, self._slot = self._zygote.spawn(theirs, memory_mb)
+        except (RuntimeError, OSError) as e:   # the fork server died or could not fork (the next call restarts it)
+            ours.close()
+            raise SandboxError("crash", f"the sandbox could not start: {e}")
         finally:
             theirs.close()
         self._sock, self.alive = ours, True
+        self._ready(time.monotonic() + timeout_s)
         if code is not None:
-            self.class_name = self._call("load", code=code)
+            loaded = self._call("load", code=code, max_turns=max_turns)
+            if type(loaded) is not dict or loaded.get("class") is None:
+                self._fail("load", "no class whose name ends in 'Env' was defined")
+            self.class_name = self._checked(clean_text, loaded["class"])
 
-    def _call(self, op, **request):
+    def _ready(self, deadline):
+        """Wait for the child's ready byte; its credentials give its pid as we see it (the child is pid 1
+        of its own namespace); a pidfd then signals exactly that process, never a reused pid."""
+        try:
+            if not readable(self._sock, deadline - time.monotonic()):
+                self._fail("timeout", "the sandbox did not start in time")
+            data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(12))
+        except OSError as e:
+            self._fail("crash", f"the sandbox did not start: {e}")
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
+        pids = [struct.unpack("3i", d[:12])[0] for level, kind, d in ancillary
+                if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS)]
+        if data != b"\x00" or not pids or pids[0] <= 0:
+            self._fail("crash", "the sandbox could not be set up: " + data[1:].decode(errors="replace"))
+        self.pid = pids[0]
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):   # Linux < 5.3: signals go by pid
+            pass
+        self._signal(signal.SIGSTOP)
+
+    def _signal(self, number):
+        """SIGSTOP after each reply and SIGCONT before each request: a child has no CPU between calls."""
+        with self._lock:
+            try:
+                if self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, number)
+                elif self.pid:
+                    os.kill(self.pid, number)
+            except OSError:   # gone already
+                pass
+
+    def _call(self, op, deadline=None, **request):
         """Send one request; return its value or raise SandboxError (killing the child)."""
         if not self.alive:
             raise SandboxError("crash", "this sandbox is closed (it failed before, or close() was called)")
-        timeout_s = request.pop("timeout_s", self.timeout_s)
+        deadline = deadline or time.monotonic() + self.timeout_s
+        number = next(self._requests)
         try:
-            self._sock.sendall(_frame({"op": op, "timeout_s": timeout_s, **request}))
-            reply = _recv(self._sock, time.monotonic() + timeout_s)
+            if readable(self._sock, 0):   # a frame nobody asked for (forged, or a desync), or its death
+                if not self._sock.recv(1, socket.MSG_PEEK):
+                    raise EOFError
+                self._fail("output", f"{op}: the environment wrote to its reply socket between calls")
+            self._signal(signal.SIGCONT)
+            send(self._sock, frame({"op": op, "id": number, **request}), deadline)
+            reply = strict_json(recv(self._sock, deadline))
+            self._signal(signal.SIGSTOP)
         except TimeoutError:
-            self._fail("timeout", f"{op} did not finish within {timeout_s:g} s")
+            self._fail("timeout", f"{op} did not finish within {self.timeout_s:g} s")
         except (EOFError, ConnectionError):
-            status = self._shutdown()
-            self._fail(*_death_reason(status, op))
-        except ValueError as e:                                     # oversized or malformed frame
-            self._fail("output", f"{op}: {e}")
-        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            self._fail(*_death_reason(*self._shutdown(), op))
+        except (ValueError, RecursionError) as e:   # oversized, malformed or too deeply nested
+            self._fail("output", f"{op}: {str(e)[:200]}")
+        if type(reply) is not dict or reply.get("id") != number or type(reply.get("ok")) is not bool:
             self._fail("output", f"{op}: malformed reply from the child")
         if not reply["ok"]:
-            kind = reply.get("kind") if reply.get("kind") in KINDS else "output"
-            self._fail(kind, str(reply.get("error", ""))[:MAX_ERROR_CHARS])
+            kind, error = reply.get("kind"), reply.get("error")
+            self._fail(kind if kind in KINDS else "output", clean_text(error)[:MAX_ERROR_CHARS]
+                       if type(error) is str else "malformed error")
         return reply.get("value")
+
+    def _checked(self, check, value):
+        try:
+            return check(value)
+        except ReplyError as e:
+            self._fail("output", str(e))
 
     def _fail(self, kind, message):
         self._shutdown()
         raise SandboxError(kind, message)
 
     def _shutdown(self):
-        """Kill the child's process group, reap it (no zombies), remove its directory."""
-        status = None
-        if self.pid is not None and self.alive:
+        """Kill the child (and so its PID namespace), reap it (no zombies): (wait status, oom)."""
+        with self._lock:
+            if not self.alive:
+                return None, None
             self.alive = False
-            self._sock.close()
-            try:
-                status = self._zygote.reap(self.pid)
-            except (RuntimeError, OSError):
-                _kill_group(self.pid)  # the fork server died: its children died with it
-        return status
+            self._signal(signal.SIGKILL)
+            pidfd, self._pidfd = self._pidfd, None
+        self._sock.close()
+        status = oom = None
+        try:
+            status, oom = self._zygote.reap(self._server_pid, self._slot)
+        except (RuntimeError, OSError):
+            pass   # the fork server died: its children died with it (PR_SET_PDEATHSIG)
+        if pidfd is not None:
+            os.close(pidfd)
+        return status, oom
 
     def reset(self, seed=None):
-        obs, info = self._call("reset", seed=seed)
+        obs, info, _ = self._checked(checked_reset, self._call("reset", seed=seed))
         return obs, info
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self._call("step", action=str(action)[:MAX_ACTION_CHARS])
-        return obs, reward, terminated, truncated, info
+        value = self._call("step", action=str(action)[:MAX_ACTION_CHARS])
+        return self._checked(checked_step, value)[:5]
 
     def tools(self):
-        return self._call("tools")
+        return self._checked(checked_tools, self._call("tools"))
 
     def call_tool(self, name, arguments):
-        return self._call("call_tool", name=str(name), arguments=arguments if isinstance(arguments, dict) else {})
+        value = self._call("call_tool", name=str(name), arguments=arguments if isinstance(arguments, dict) else {})
+        return self._checked(clean_text, value)
 
     def close(self):
         self._shutdown()
@@ -374,56 +392,29 @@ class EnvSandbox:
         self.close()
 
     def __del__(self):
+        """Collected without close(): kill it now, let the next request reap it (no lock is taken here)."""
         if getattr(self, "alive", False):
-            self.close()
+            self.alive = False
+            try:
+                if self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                    os.close(self._pidfd)
+                self._sock.close()
+            except OSError:
+                pass
+            self._zygote.orphan(self._server_pid, self._slot)
 
 
-def _frame(message):
-    data = json.dumps(message).encode()
-    return struct.pack(">I", len(data)) + data
-
-
-def _death_reason(status, op):
+def _death_reason(status, oom, op):
     """Why the child died without replying: (kind, message) from its wait status."""
+    if oom:
+        return "memory", f"the environment exceeded its memory limit during {op} (its memory cgroup killed it)"
     if status is None:
         return "crash", f"the environment process died during {op}"
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig == signal.SIGXCPU:
-            return "timeout", f"{op} exceeded its CPU time limit"
-        return "crash", f"the environment process was killed by {signal.Signals(sig).name} during {op}"
+        try:
+            name = signal.Signals(os.WTERMSIG(status)).name
+        except ValueError:   # a real-time signal has no name
+            name = f"signal {os.WTERMSIG(status)}"
+        return "crash", f"the environment process was killed by {name} during {op}"
     return "crash", f"the environment process exited with status {os.WEXITSTATUS(status)} during {op}"
-
-
-@dataclass
-class Validation:
-    ok: bool
-    stage: str          # "passed", or where it failed: syntax exec class construct interface reset
-    error: str          # step reseed determinism criteria timeout memory crash output runtime
-    class_name: str
-    code: str           # after extraction and brace repair
-
-
-def validate_env(code, *, timeout_s=60.0, memory_mb=1024):
-    """The designer's gate: extraction, repair, then METHOD.md 3.1 in a sandbox (plus determinism)."""
-    code = repair_braces(extract_code(code))
-    try:
-        ast.parse(code)
-    except SyntaxError as e:
-        return Validation(False, "syntax", f"SyntaxError: {e.msg} (line {e.lineno})", "", code)
-    try:
-        with EnvSandbox(None, timeout_s=timeout_s, memory_mb=memory_mb) as box:
-            name = box._call("validate", code=code, timeout_s=timeout_s)
-        return Validation(True, "passed", "", name, code)
-    except SandboxError as e:
-        if e.kind == "contract":
-            try:
-                stage, message = json.loads(e.message)
-                return Validation(False, stage, message, "", code)
-            except (ValueError, TypeError):
-                return Validation(False, "runtime", e.message, "", code)
-        return Validation(False, e.kind, e.message, "", code)
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["--zygote"]:
-    _zygote_main(int(sys.argv[2]))

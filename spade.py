@@ -231,7 +231,7 @@ def main(argv=None):
         # ("'Tensor' object has no attribute 'codes'"). Read once, when torch is imported: set it first.
         os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
     import torch
-    import agent, designer, engine, grpo, models, report, rlve
+    import agent, designer, engine, grpo, models, report, rlve, sandbox
     from corpus import builtin_corpus, load_corpus
     from envs import load_pool
     rank, world = setup_distributed()
@@ -240,6 +240,14 @@ def main(argv=None):
     checkpoint = latest_checkpoint(run_dir) if cfg.resume else None
     log = report.Log(run_dir, cfg, rank)
     random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+
+    # --- the sandbox every environment runs in: started first, so a machine that cannot isolate
+    # model-written code stops here, in one sentence (RLVE's environments are a package's, not a model's)
+    if not cfg.rlve:
+        try:
+            log.print("sandbox: " + ", ".join(k for k, v in sandbox.isolation().items() if not v.startswith("missing")))
+        except RuntimeError as e:
+            raise SystemExit(f"spade.py: {e}")
 
     # --- what the environments grow from: the grounding corpus, or the baseline's fixed pool ---------
     # (read before the model loads: a bad file is then an error in seconds, not after minutes)

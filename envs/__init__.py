@@ -7,7 +7,7 @@ class each, named `<short_name>_<skill_slug>.py` so the skill can be read off th
 in the authors' released pools (`game_<rollout:05d>_<index:03d>_<skill_slug>.py`).
 
 `load_pool` reads a directory of such files or a JSONL file with a `code` field per line, validates
-each through `sandbox.validate_env` and returns the ones that pass; `load_pool("envs")` prints
+each through `gate.validate_env` and returns the ones that pass; `load_pool("envs")` prints
 "pool: 18/18 environments valid (0 skipped lines)". It takes the authors' released pools as they are
 (METHOD.md 10): a `games/` folder or the dataset's root, its files checked against the
 `checksums.sha256` beside them, skills read off file names or a manifest, and JSON lists of records
@@ -177,7 +177,7 @@ def _distinct_ids(environments: list[Environment]) -> list[Environment]:
 
 def load_pool(path, *, validate: bool = True) -> list[Environment]:
     """Environments of a directory of .py files, one .py file, or a JSONL (or JSON list) file; with `validate`,
-    only those that pass `sandbox.validate_env`, and it prints "pool: N/M environments valid (K skipped lines)",
+    only those that pass `gate.validate_env`, and it prints "pool: N/M environments valid (K skipped lines)",
     and a WARNING line with the first reasons when some fail: our gate is stricter than the paper's (it
     also checks determinism), so it may drop released games that the official gate accepted.
     Raises ValueError when the files do not match the pool's checksums or none is valid."""
@@ -196,7 +196,7 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
     valid, rejected = candidates, []
     if validate:
         # Imported here: loading the skill tables must not start the sandbox's fork server.
-        from sandbox import validate_env
+        from gate import validate_env
         valid = []
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as workers:  # a child process each
             results = list(workers.map(validate_env, [env.code for env in candidates]))

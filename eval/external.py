@@ -13,7 +13,7 @@ What each needs, all checked before anything runs (a missing piece is one senten
   (the repository's `data/`, holding `tau2/domains/<domain>/`), the agent endpoint and the
   user-simulator endpoint + model (paper: gpt-4.1 at T 0; API keys come from the environment, as
   the harness reads them). Settings (METHOD.md 11): base split, 4 trials, agent T 0 / top_p 0.8 /
-  top_k 20, at most 200 steps; pass@1 = passed simulations / all (reward within 1e-6 of 1).
+  top_k 20, at most 200 steps; pass@1 = passed simulations / (tasks x trials) (reward within 1e-6 of 1).
 - ACEBench: a clone of the ACEBench repository (data under `data_all/data_en/`, `generate.py`,
   `eval_main.py`) whose model routing sends unknown model names to `ACEBENCH_AGENT_BASE_URL` (stock
   ACEBench knows only its listed API models; the SPADE authors patch `APIModelInference` for this),
@@ -106,14 +106,19 @@ def tau2_checks(options) -> list[tuple[bool, str]]:
             (agent is None, agent or ""), (user is None, user or "")]
 
 
-def pass_at_1(simulations: list[dict]) -> float:
-    """tau2's pass@1: the share of simulations whose reward is within 1e-6 of 1.
+def pass_at_1(simulations: list[dict], expected: int = 0) -> float:
+    """tau2's pass@1 as the authors score it: simulations whose reward is within 1e-6 of 1, over the
+    simulations that should have run (`expected` = tasks x trials), so those the harness never returned
+    count as failures; 0.0 when none ran.
 
     >>> pass_at_1([{"reward_info": {"reward": 1.0}}, {"reward_info": {"reward": 0.0}}, {"reward_info": None}])
     0.3333333333333333
+    >>> pass_at_1([{"reward_info": {"reward": 1.0}}, {"reward_info": {"reward": 1.0}}], expected=8), pass_at_1([])
+    (0.25, 0.0)
     """
-    rewards = [(s.get("reward_info") or {}).get("reward", 0.0) for s in simulations]
-    return sum(abs(r - 1.0) <= 1e-6 for r in rewards) / len(rewards)
+    passed = sum(abs((s.get("reward_info") or {}).get("reward", 0.0) - 1.0) <= 1e-6 for s in simulations)
+    total = max(len(simulations), expected)
+    return passed / total if total else 0.0
 
 
 def run_harness(command: list[str], cwd, env: dict, what: str):
@@ -138,8 +143,8 @@ def evaluate_tau2(engine, tokenizer, options) -> dict:
                      "--user-llm-args", json.dumps({"temperature": 0.0, "api_base": ep["user"]})]
                     + (["--num-tasks", str(options.limit)] if options.limit else []),
                     cwd=None, env={"TAU2_DATA_DIR": str(data)}, what=f"tau2 run --domain {domain}")
-        simulations = json.loads((data / "simulations" / f"{name}.json").read_text())["simulations"]
-        metrics[domain] = pass_at_1(simulations)
+        results = json.loads((data / "simulations" / f"{name}.json").read_text())   # tau2's Results
+        metrics[domain] = pass_at_1(results["simulations"], len(results.get("tasks", [])) * trials)
         columns[column] = percent(metrics[domain])
     columns["tau2 Avg"] = percent(sum(metrics.values()) / len(metrics))
     return {"columns": columns, "metrics": {"pass_at_1": metrics},

@@ -138,7 +138,7 @@ def main(argv=None):
         result, samples = run_benchmark(name, generator, tokenizer, options)
         results[name] = result = result | {"model": args.model}
         write(out, name, result, samples)
-        status = ("n/a (reason below)" if result.get("unavailable")
+        status = ("— (reason below)" if result.get("unavailable")
                   else ", ".join(f"{c} {v:.1f}" for c, v in result["columns"].items()))
         print(f"{name}: {status} ({result['num_samples']} samples, {result['seconds']:.0f} s)", flush=True)
     print(f"\nresults in {out}\n" + table.render([(args.model, table.columns_of(results))], args.suite))

@@ -3,7 +3,7 @@
     python -m eval.table out/eval/base-games out/eval/spade-games     # base vs trained, with a delta
 
 Each argument is a run directory written by `python -m eval.run` (one `<benchmark>.json` per
-benchmark). Cells are percents with one decimal; "n/a" marks a benchmark that could not run, and
+benchmark). Cells are percents with one decimal; "—" marks a benchmark that could not run, and
 the reason is printed once under the table. Avg is the mean of the columns the paper averages
 (Table 1: the eight benchmark columns; Table 2: the three group averages), over those that ran; a
 `*` marks an average over fewer columns than the paper's. Delta compares each run with the first,
@@ -52,7 +52,7 @@ def average(columns: dict, averaged: list[str]) -> tuple[float | None, int]:
 
 
 def cell(value) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
+    return "—" if value is None else f"{value:.1f}"   # the official tables' mark for a missing metric
 
 
 def render(runs: list[tuple[str, dict]], suite: str) -> str:
@@ -91,19 +91,19 @@ def delta(base: dict, other: dict, averaged: list[str]) -> str:
     """
     common = [c for c in averaged if c in base and c in other]
     if not common:
-        return "n/a"
+        return "—"
     return f"{average(other, common)[0] - average(base, common)[0]:+.1f}"
 
 
 def notes(runs: list[tuple[str, dict]], suite: str) -> list[str]:
-    """Why benchmarks show n/a (each reason once), and the columns outside the paper's layout."""
+    """Why benchmarks show — (each reason once), and the columns outside the paper's layout."""
     shown = LAYOUT.get(suite, ([],))[0]
     lines, seen = [], set()
     for label, results in runs:
         for name, result in results.items():
             if result.get("unavailable") and result["unavailable"] not in seen:
                 seen.add(result["unavailable"])
-                lines.append(f"n/a {name}: {result['unavailable']}")
+                lines.append(f"— {name}: {result['unavailable']}")
         extra = {c: v for c, v in columns_of(results).items() if c not in shown}
         if extra and shown:
             lines.append(f"also ran ({label}): " + ", ".join(f"{c} {cell(v)}" for c, v in extra.items()))

@@ -62,7 +62,8 @@ def test_game_action_normalises_the_box_or_passes_the_stripped_reply():
 
 def test_game_prompt_has_three_lines_with_the_observation_in_the_middle():
     lines = game_prompt("Dials: A=0").split("\n")
-    assert lines[0] == GAME_FRAMING and lines[1] == "Observation: Dials: A=0"
+    assert lines[0] == "You are playing a language game. Make valid actions to win."   # the official words
+    assert lines[1] == "Observation: Dials: A=0"
     assert lines[2] == "Please reason step by step, and put your final answer within \\boxed{}."   # Qwen's math line
 
 
@@ -373,7 +374,7 @@ def test_a_tool_name_that_is_not_a_string_is_an_unknown_tool(tokenizer):
     [episode] = play([example("parcel_desk")], ScriptedEngine(tokenizer, lambda prompt: reply), tokenizer, 1,
                      params=PARAMS, max_turns=1)
     assert (episode.status, episode.reward, episode.error) == ("truncated", 0.0, None)
-    assert episode.messages[2]["content"].startswith("Unknown tool. Available tools: find_parcel")
+    assert episode.messages[2]["content"].startswith("Unknown tool '['find_parcel']'. Available tools: find_parcel")
 
 
 def test_the_turn_cap_also_caps_the_environments_max_turns(tokenizer):
@@ -421,6 +422,37 @@ def test_sandbox_errors_end_only_their_episode(tokenizer):
     assert (tool_hang.status, tool_hang.reward, tool_hang.failed) == ("error", -1.0, True)
     assert tool_hang.error.startswith("timeout: call_tool")
     assert (vault.status, vault.num_turns, vault.failed) == ("truncated", 2, False)   # the others play on
+
+
+HOSTILE_REPLIES = [("surrogates", """
+class SymbolEnv:
+    def reset(self, seed=None):
+        return "Decode: " + chr(0xD800) + "x" + chr(0xDFFF) + " then reply", {}
+    def step(self, action):
+        return "again " + chr(0xDC00), 0.0, False, False, {}
+"""), ("hostile_tools", """
+class SchemaEnv(ToolUseBaseEnv):
+    def reset(self, seed=None):
+        deep = {}
+        for _ in range(200):
+            deep = {"type": "object", "properties": {"x": deep}}
+        self._tools = {"look": {"description": "Look." + chr(0xD800), "parameters": deep}}
+        self._expected_answer = "done"
+        return "Call look.", {}
+    def tool_look(self):
+        return "seen"
+""")]
+
+
+def test_what_an_environment_returns_cannot_crash_a_play(tokenizer):
+    """Lone surrogates reach the tokenizer as U+FFFD; a tool schema nested 200 deep is an error of its play."""
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{go}")
+    surrogates, tools = play([Environment(name, "Pattern Recognition", code) for name, code in HOSTILE_REPLIES],
+                             scripted, tokenizer, 1, params=PARAMS, max_turns=2)
+    assert surrogates.status == "truncated" and "Decode: \ufffdx\ufffd then reply" in surrogates.messages[0]["content"]
+    assert "again \ufffd" in surrogates.messages[2]["content"]
+    check_invariants(surrogates, tokenizer, ["\\boxed{go}"] * 2)
+    assert (tools.status, tools.failed) == ("error", True) and tools.error.startswith("output:")
 
 
 def parcel_solver(prompt):

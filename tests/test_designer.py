@@ -2,7 +2,7 @@
 
 The design() tests use ScriptedDesignerEngine, a test double that answers each prompt with scripted
 text (known-good or known-bad environment code, or a hint) encoded by the tiny model's tokenizer.
-Validation is real (sandbox.validate_env). One test runs the real tiny model through design().
+Validation is real (gate.validate_env). One test runs the real tiny model through design().
 """
 import doctest
 import json
@@ -290,7 +290,7 @@ def test_prompt_texts_are_clean():
 
 
 def test_reference_game_is_valid_and_winnable_only_by_planning():
-    from sandbox import validate_env
+    from gate import validate_env
     assert validate_env(prompts.REFERENCE_GAME).ok
     namespace = {}
     exec(prompts.REFERENCE_GAME, namespace)

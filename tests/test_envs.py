@@ -3,7 +3,7 @@
 Every environment is driven through the real sandbox (`sandbox.EnvSandbox`), exactly as the agent
 drives it: the tests see only observations, tool schemas and tool outputs, never the hidden state.
 Per environment:
-  - it passes `sandbox.validate_env` (the official gate plus determinism);
+  - it passes `gate.validate_env` (the official gate plus determinism);
   - a scripted oracle, which knows only the public rules and what the observations reveal, wins
     on several seeds (so the game is winnable by reasoning, not by reading the code);
   - a seeded random policy of well-formed actions wins at most 20% of 20 seeds (so the hidden
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import envs
+import gate
 import sandbox
 
 ENV_DIR = Path(__file__).resolve().parent.parent / "envs"
@@ -452,7 +453,7 @@ def test_env_file_shape(path):
 
 @pytest.mark.parametrize("path", ENV_FILES, ids=lambda p: p.stem)
 def test_env_validates(path):
-    result = sandbox.validate_env(path.read_text())
+    result = gate.validate_env(path.read_text())
     assert result.ok, f"{path.stem} failed at {result.stage}: {result.error}"
 
 

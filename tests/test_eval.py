@@ -354,9 +354,9 @@ def test_table_compares_two_saved_runs(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split("|")[1].strip() == "AIME'25" and lines[0].split("|")[-1].strip() == "Δ"
     base, trained = lines[2].split("|"), lines[3].split("|")
-    assert [c.strip() for c in base[1:5]] == ["47.4", "n/a", "55.9", "n/a"]
+    assert [c.strip() for c in base[1:5]] == ["47.4", "—", "55.9", "—"]
     assert trained[-2].strip() == "42.6*" and trained[-1].strip() == "+6.3"  # (48.9+58.1+44.6+19.8+23.1+60.8)/6
-    assert sum("n/a aime2026" in line for line in lines) == 1  # each reason once
+    assert sum("— aime2026" in line for line in lines) == 1  # each reason once
 
 
 def test_a_model_that_cannot_be_loaded_is_one_message(tmp_path):
@@ -377,7 +377,7 @@ def test_smollm2_games_suite_offline(tmp_path, capsys):
     """The issue's target: the shipped SmolLM2-135M through the whole games suite on CPU (smoke defaults)."""
     run.main(["--model", "smollm2-135m", "--suite", "games", "--samples", "1", "--out", str(tmp_path), "--device", "cpu"])
     printed = capsys.readouterr().out
-    assert "smollm2-135m" in printed and "n/a livecodebench" in printed
+    assert "smollm2-135m" in printed and "— livecodebench" in printed
     assert len(list(tmp_path.glob("*.json"))) == 6
 
 

@@ -192,6 +192,22 @@ def test_variant_learning_potential_first_and_second_batch():
     assert x == approx([0.05625])                            # |1 - 0.94375|
 
 
+def test_variant_learning_potential_rewards_no_environment_without_plays():
+    """The official delayed LP: an env whose plays all failed gets 0.0 (not |0 - mu_slow|), and a skill
+    with no plays in the batch keeps its EMAs (no update with 0.0)."""
+    tracker = LearningPotentialTracker()
+    DESIGNER_REWARDS["learning_potential"]([EASY], tracker)                   # math: mu_slow = 1
+    silent = EnvOutcome("Mathematical Reasoning", [[], []])
+    unseen = EnvOutcome("Optimization", [[], []])
+    assert DESIGNER_REWARDS["learning_potential"]([silent, unseen], tracker) == [0.0, 0.0]
+    assert tracker.slow == {"Mathematical Reasoning": 1.0} and tracker.fast == {"Mathematical Reasoning": 1.0}
+
+
+def test_lp_tracker_needs_fast_above_slow():
+    with pytest.raises(ValueError, match="must exceed"):
+        LearningPotentialTracker(fast_weight=0.85, slow_weight=0.85)
+
+
 def test_variant_learning_potential_needs_its_tracker():
     with pytest.raises(ValueError):
         DESIGNER_REWARDS["learning_potential"]([HARD])
@@ -256,7 +272,8 @@ def test_role_scale_paper_settings_and_cap():
 
 
 def test_role_scale_without_designer_samples_and_bad_counts():
-    assert role_scale(192, 0, 4) == 0.0
+    assert role_scale(192, 0, 4) == 1.0               # officially: either count 0 -> 1.0
+    assert role_scale(0, 24, 4) == 1.0
     with pytest.raises(ValueError):
         role_scale(-1, 24, 4)
     with pytest.raises(ValueError):

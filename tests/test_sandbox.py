@@ -7,16 +7,22 @@ right after (the `attack` helper does all four).
 import os
 import pathlib
 import re
+import shutil
 import socket
+import subprocess
+import sys
 import textwrap
 import time
 
 import pytest
 
 import sandbox
-from sandbox import EnvSandbox, SandboxError, extract_code, repair_braces, validate_env
+from contract import MAX_ERROR_CHARS, extract_code, repair_braces
+from gate import validate_env
+from sandbox import EnvSandbox, SandboxError
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent / "fixtures" / "examples"  # METHOD.md 1.4's two
+JAILED = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the jail needs bubblewrap (make test installs it)")
 TIMEOUT = 1.5
 
 
@@ -29,18 +35,37 @@ def env_code(reset="return 'ready', {}", step="return 'ok', 0.0, False, False, {
             f"    def step(self, action):\n{indent(step)}\n")
 
 
-def zygote_children():
-    """Pids whose parent is the fork server (its live or zombie children)."""
-    zygote = sandbox._Zygote.get().process.pid
-    pids = []
+def _processes():
+    """{pid: (parent pid, command line)} of every live process."""
+    table = {}
     for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            table[int(stat.parent.name)] = (parent, (stat.parent / "cmdline").read_bytes())
+        except (OSError, IndexError, ValueError):
             continue
-        if int(fields[1]) == zygote:
-            pids.append(int(stat.parent.name))
-    return pids
+    return table
+
+
+def fork_server_pid():
+    """The fork server's pid: the outermost process below the one the trainer started (bubblewrap,
+    where it jails it) that runs `forkserver.py` itself."""
+    table, top = _processes(), sandbox._Zygote.get().process.pid
+    def below(pid):
+        while pid > 1:
+            pid = table.get(pid, (0, b""))[0]
+            if pid == top:
+                return True
+        return False
+    server = lambda cmd: b"forkserver.py\0--serve" in cmd and not cmd.split(b"\0")[0].endswith(b"bwrap")
+    return next(pid for pid, (parent, cmd) in table.items()
+                if server(cmd) and (pid == top or below(pid)) and not server(table.get(parent, (0, b""))[1]))
+
+
+def zygote_children():
+    """Pids of the fork server's children (live or zombie)."""
+    server = fork_server_pid()
+    return [pid for pid, (parent, _) in _processes().items() if parent == server]
 
 
 def attack(code, kind, op="step", timeout_s=TIMEOUT, memory_mb=256, bystanders=()):
@@ -219,12 +244,11 @@ def test_delete_project_files_is_refused():
     assert here.exists()
 
 
-def test_working_directory_is_private_and_removed():
-    code = env_code(reset="open('notes.txt', 'w').write('x')\nreturn os.getcwd(), {}")
+def test_working_directory_is_the_private_scratch_space():
+    code = env_code(reset="open('notes.txt', 'w').write('x')\nreturn os.getcwd() + ' ' + os.environ['HOME'], {}")
     with EnvSandbox(code) as box:
-        workdir, _ = box.reset()
-    assert os.listdir(os.path.dirname(workdir)) if os.path.exists(os.path.dirname(workdir)) else True
-    assert not os.path.exists(workdir) or sandbox.isolation().startswith("network+mount")
+        assert box.reset()[0] == "/tmp /tmp"
+    assert not os.path.exists("/tmp/notes.txt")
 
 
 def test_file_size_limit():
@@ -307,7 +331,7 @@ def test_reward_that_is_not_a_number():
 
 def test_huge_exception_message_is_truncated():
     error = attack(env_code(step="raise ValueError('z' * (10 * 2**20))"), "contract")
-    assert len(error.message) <= sandbox.MAX_ERROR_CHARS + 64 and error.message.startswith("ValueError: zzz")
+    assert len(error.message) <= MAX_ERROR_CHARS + 64 and error.message.startswith("ValueError: zzz")
 
 
 def test_syntax_error_is_a_load_error():
@@ -339,16 +363,6 @@ def test_unseeded_randomness_in_step_plays_the_same_for_the_same_seed():
             box.reset(seed=seed)
             plays.append([box.step("roll")[0] for _ in range(3)])
     assert plays[0] == plays[1] and plays[0] != plays[2]
-
-
-def test_ranks_give_their_sandboxes_uids_of_their_own(monkeypatch):
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    ranges = []
-    for rank in range(8):
-        monkeypatch.setenv("LOCAL_RANK", str(rank))
-        ranges.append({sandbox.sandbox_uid(n) for n in range(20_000)})   # wraps around within its range
-    assert all(len(r) == 7_500 for r in ranges) and len(set.union(*ranges)) == 60_000
-    assert min(map(min, ranges)) == 100_000 and max(map(max, ranges)) == 159_999
 
 
 def test_future_annotations_and_dataclasses_load():
@@ -427,13 +441,19 @@ def test_validation_accepts_a_designer_response_with_prose():
     (env_code(step="return 'ok', 11.0, False, False, {}"), "step"),
     (env_code(step="return 'ok', 0.0, 0, False, {}"), "step"),
     (env_code(reset="if seed == 123:\n    raise KeyError(seed)\nreturn 'obs', {}"), "reseed"),
-    (env_code(reset="return 'obs %d' % random.randrange(10**9), {}"), "determinism"),
+    (env_code(reset="return 'obs %d' % int.from_bytes(os.urandom(8), 'big'), {}"), "determinism"),
     (env_code(step="while True: pass"), "timeout"),
     (env_code(step="while 'boxed' not in action: pass\nreturn 'ok', 0.0, False, False, {}"), "timeout"),  # unboxed probes
 ])
 def test_validation_rejects_at_the_right_stage(code, stage):
     result = validate_env(code, timeout_s=TIMEOUT)
     assert not result.ok and result.stage == stage, (result.stage, result.error)
+
+
+@pytest.mark.parametrize("code", ["1+" * 100_000 + "1", "-" * 100_000 + "1", "x = '\\0'\x00", "x" + "[0]" * 100_000])
+def test_code_the_parser_cannot_take_is_a_syntax_failure(code):
+    result = validate_env(code)
+    assert (result.ok, result.stage) == (False, "syntax"), result.error
 
 
 def test_validation_criteria_gate_for_tool_use():
@@ -477,3 +497,105 @@ def test_docstring_examples():
     import doctest
     import contract
     assert doctest.testmod(sandbox).failed == 0 and doctest.testmod(contract).failed == 0
+
+
+# --- imports as in the trainer ------------------------------------------------------------------
+SIDE_EFFECTS = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo"}   # a browser, a print, Tk
+
+
+@JAILED
+def test_every_module_the_trainer_can_import_imports_in_a_sandbox():
+    import importlib.util
+    names = [n for n in sorted(sys.stdlib_module_names) if not n.startswith("_") and n not in SIDE_EFFECTS
+             and importlib.util.find_spec(n) is not None] + ["numpy", "sympy", "math_verify"]
+    assert len(names) > 150
+    code = env_code(top="import importlib", reset=f"""
+        failed = []
+        for name in {names!r}:
+            try:
+                importlib.import_module(name)
+            except Exception as e:
+                failed.append(f'{{name}}: {{type(e).__name__}}: {{e}}')
+        return ' | '.join(failed) or 'all imported', {{}}""")
+    with EnvSandbox(code, timeout_s=120, memory_mb=2048) as box:
+        assert box.reset()[0] == "all imported"
+
+
+def test_the_official_base_class_import_path_is_ours():
+    example = (EXAMPLES / "parcel_desk.py").read_text()
+    official = "from spade.core.envs.tool_use_base_env import ToolUseBaseEnv\n" + example
+    assert validate_env(official).ok
+    code = env_code(top="""
+        import spade.core.envs.tool_use_base_env as base
+        from tool_use_base_env import ToolUseBaseEnv
+        class Probe(ToolUseBaseEnv):
+            def reset(self, seed=None):
+                return "obs" + self._obs_suffix(), {}""",
+                    reset="return f'{base.ToolUseBaseEnv is ToolUseBaseEnv} {Probe().reset()[0]}', {}")
+    with EnvSandbox(code) as box:
+        assert box.reset()[0] == "True obs"
+
+
+# --- where a layer is missing: the others hold, and it is said --------------------------------------
+FALLBACK = """
+import sandbox
+print(sandbox.isolation()["jail"])
+with sandbox.EnvSandbox({code!r}) as box:
+    print(box.reset()[0])
+"""
+
+
+@pytest.mark.parametrize("how", ["absent", "failing"])
+def test_without_a_working_bubblewrap_the_sandbox_runs_unjailed_and_says_so(how, tmp_path):
+    """No bwrap on PATH, or one that cannot create its namespaces (as in an unprivileged container)."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    path = str(tmp_path) + ":/usr/bin:/bin" if how == "failing" else str(tmp_path / "nothing")
+    result = subprocess.run([sys.executable, "-c", FALLBACK.format(code=env_code())], capture_output=True, text=True,
+                            cwd=pathlib.Path(sandbox.__file__).parent, env={"PATH": path}, timeout=120)
+    jail, observation = result.stdout.splitlines()
+    expected = "No permissions to create a new namespace" if how == "failing" else "bubblewrap is not installed"
+    assert jail.startswith("missing: ") and expected in jail and observation == "ready", result.stderr
+    assert "isolation is partial here; missing: jail" in result.stderr
+
+
+TRAINER = """
+import sys, threading, sandbox
+box = []
+thread = threading.Thread(target=lambda: box.append(sandbox.EnvSandbox({code!r})))   # started off the main thread
+thread.start()
+thread.join()
+print(box[0].pid, sandbox._Zygote.get().process.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_fork_server_and_its_children_go_with_the_trainer():
+    """Killing the trainer (SIGKILL: no atexit) takes bubblewrap, the fork server and the sandboxes with it;
+    the fork server does not die with the thread that happened to start it."""
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER.format(code=env_code())], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, cwd=pathlib.Path(sandbox.__file__).parent)
+    child, server = map(int, trainer.stdout.readline().split())
+    time.sleep(0.5)
+    assert os.path.exists(f"/proc/{child}") and os.path.exists(f"/proc/{server}")
+    trainer.kill()
+    trainer.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (os.path.exists(f"/proc/{child}") or os.path.exists(f"/proc/{server}")):
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{child}") and not os.path.exists(f"/proc/{server}")
+
+
+def test_a_game_whose_only_randomness_is_the_unseeded_global_random_passes_the_gate():
+    """Plays seed `random` from their seed (contract.play_reset), and so does the gate's reset."""
+    result = validate_env(env_code(reset="return 'secret %d' % random.randrange(10**9), {}"))
+    assert result.ok, (result.stage, result.error)
+
+
+def test_sandbox_bench_runs_at_a_tiny_size(capsys):
+    from bench import sandbox_bench
+    rows = sandbox_bench.main(["--envs", "2", "--steps", "2"])
+    assert set(rows) == set(sandbox_bench.METHODS)
+    assert all(med > 0 for row in rows.values() for med, _ in row)
+    assert "spade sandbox (fork server)" in capsys.readouterr().out

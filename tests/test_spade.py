@@ -106,6 +106,19 @@ def test_fixed_pool_baseline(tmp_path):
     assert len(plays) == 2 and all(p["transcript"] and p["status"] in ("terminated", "truncated") for p in plays)
 
 
+def test_the_whole_loop_learns_a_learnable_game(tmp_path):
+    """spade.py itself, not grpo.update alone: agent.play -> batch -> grpo.update -> the weight push must
+    raise the tiny model's reward on a two-turn game (masks and log-probs across turns, advantages per
+    environment): from <= 0.3 at the first step to >= 0.7 over the last three of 20."""
+    game = ROOT / "tests" / "fixtures" / "learnable" / "number_after_anything.py"
+    result = spade("--model", "tiny", "--pool", str(game), "--steps", "20", "--plays-per-env", "32",
+                   "--max-new-tokens", "8", "--max-turns", "2", "--temperature", "1.0", "--top-p", "1.0",
+                   "--top-k", "0", "--lr", "3e-3", "--save-every", "1000", "--out", str(tmp_path), "--run", "learn")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rewards = [json.loads(line)["agent/reward"] for line in (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rewards) == 20 and rewards[0] <= 0.3 and sum(rewards[-3:]) / 3 >= 0.7, rewards
+
+
 def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
     # One regen step (step 0) then plain steps, a checkpoint after every step; killed mid-step.
     # With a KL term, whose reference must stay the initial model after the resume.

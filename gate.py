@@ -1,0 +1,114 @@
+"""The designer's gate (METHOD.md 3.1): is a designer's response a playable environment?
+
+    validate_env(response_text)  ->  Validation(ok, stage, error, class_name, code)
+
+Extraction and brace repair (contract.py, in the trainer, linear in the text), a syntax check, then
+METHOD 3.1 step 2 (a-f and the unboxed probes with close()) and step 3 (the criteria of tool-use
+environments) in one sandbox within one deadline, plus a determinism check. The sandbox's child
+only answers ordinary requests (load, construct, reset, step, ...); every verdict is decided here,
+from replies that sandbox.py and contract.py have already type-checked, so code that forges its
+replies can only pass by answering like a working environment, which it then has to do in its plays
+as well. Where the gate is stricter than the official one is contract.py's docstring.
+"""
+import time
+from dataclasses import dataclass
+
+from contract import (VALIDATION_PROBES, ReplyError, checked_reset, checked_step, clean_text, extract_code, parse,
+                      repair_braces)
+from sandbox import EnvSandbox, SandboxError
+
+
+@dataclass
+class Validation:
+    ok: bool
+    stage: str          # "passed", or where it failed: syntax exec class construct interface reset step
+    error: str          # reseed determinism close criteria, or timeout memory crash output
+    class_name: str
+    code: str           # after extraction and brace repair
+
+
+class Rejected(Exception):
+    def __init__(self, stage, message):
+        super().__init__(message)
+        self.stage, self.message = stage, message
+
+
+def validate_env(code, *, timeout_s=60.0, memory_mb=1024):
+    """The gate on a designer's response; never raises for anything the code does."""
+    code = clean_text(extract_code(code))
+    try:   # the parser raises RecursionError or MemoryError, not SyntaxError, on code nested 10^5 deep
+        code = repair_braces(code)
+        parse(code)
+    except SyntaxError as e:
+        return Validation(False, "syntax", f"SyntaxError: {e.msg} (line {e.lineno})", "", code)
+    except (RecursionError, MemoryError, ValueError) as e:
+        return Validation(False, "syntax", f"{type(e).__name__}: the code cannot be parsed", "", code)
+    deadline = time.monotonic() + timeout_s
+    try:
+        with EnvSandbox(None, timeout_s=timeout_s, memory_mb=memory_mb) as box:
+            return Validation(True, "passed", "", checks(box._call, code, deadline), code)
+    except SandboxError as e:
+        return Validation(False, e.kind, e.message, "", code)
+    except Rejected as e:
+        return Validation(False, e.stage, e.message, "", code)
+
+
+def checks(send, code, deadline):
+    """The gate's requests through `send` (EnvSandbox._call) and its verdicts: the class name, or
+    Rejected(stage, why). A reply of the wrong shape is the stage "output"."""
+    def call(stage, op, **request):
+        try:
+            return send(op, deadline=deadline, **request)
+        except SandboxError as e:
+            raise Rejected(stage if e.kind in ("load", "contract") else e.kind, e.message)
+
+    def require(stage, ok, message):
+        if not ok:
+            raise Rejected(stage, message() if callable(message) else message)
+
+    def checked(stage, check, value):
+        try:
+            return check(value)
+        except ReplyError as e:
+            raise Rejected("output", f"{stage}: {e}")
+
+    def new_instance():
+        value = call("construct", "construct")
+        require("output", type(value) is list and len(value) == 2 and type(value[0]) is int
+                and type(value[1]) is list and all(type(m) is str for m in value[1]), "construct: a malformed reply")
+        require("interface", not value[1], lambda: f"the environment has no {value[1][0]}() method")
+        return value[0]
+
+    def reset(env, seed, stage):
+        obs, _, types = checked(stage, checked_reset, call(stage, "reset", env=env, seed=seed))
+        require(stage, types in (["str"], ["str", "dict"]) and obs.strip(),
+                f"reset(seed={seed}) must return (non-empty str, dict) or a non-empty str")
+        return obs
+
+    loaded = call("exec", "load", code=code)
+    require("class", type(loaded) is dict and type(loaded.get("class")) is str,
+            "no class whose name ends in 'Env' was defined")
+    env = new_instance()
+    first = reset(env, 42, "reset")
+    for probe in VALIDATION_PROBES:
+        obs, reward, terminated, truncated, _, types = checked("step", checked_step,
+                                                               call("step", "step", env=env, action=probe))
+        require("step", types[:1] == ["str"] and types[1:2] in (["number"], ["bool"])
+                and types[2:] == ["bool", "bool", "dict"],
+                lambda: f"step({probe!r}) must return (str, int|float, bool, bool, dict), got ({', '.join(types)})")
+        require("step", -10 <= reward <= 10, f"step({probe!r}) reward {reward} is outside [-10, 10]")
+        if terminated or truncated:
+            break
+    reset(env, 123, "reseed")
+    require("determinism", reset(new_instance(), 42, "determinism") == first,
+            "two fresh instances reset with seed 42 gave different first observations")
+    call("close", "probe")
+    if loaded.get("tool_use") is True:
+        results = [call("criteria", "criteria", seed=seed) for seed in (0, 1, 2)]
+        require("output", all(type(r) is dict and type(r.get("evaluable")) is bool
+                              and type(r.get("error")) in (str, type(None)) for r in results), "criteria: a malformed reply")
+        raising = [clean_text(r["error"]) for r in results if r["evaluable"] and r["error"] is not None]
+        evaluable = sum(r["evaluable"] for r in results)
+        require("criteria", not evaluable or len(raising) < evaluable,
+                lambda: "a success criterion raises on the initial state at every seed: " + "; ".join(raising))
+    return clean_text(loaded["class"])
