@@ -4,8 +4,7 @@ Games act through `\\boxed{...}` (`game_action`); environments with tools throug
 the JSON or the XML form and a final `<answer>...</answer>` (`parse_tool_turn`). agent.py applies
 them to each generated turn.
 
-Choices where the official code differs or is silent (METHOD.md 13.3; all of them: the README's
-"Where we differ from the official code"):
+Choices where the official code differs or is silent (METHOD.md 13.3; all of them: METHOD.md 14):
 - an empty or blank `\\boxed{ }` counts as no box (the model often echoes the instruction's
   `\\boxed{}`): the first simple box with something in it wins.
 - thinking models (METHOD.md 4.2; agent.py asks the template to think or not): the action is parsed

@@ -22,12 +22,11 @@ Thinking mode (`thinking=True`, METHOD.md 4.2; spade.py turns it on for Qwen3-8B
 prompt is the whole transcript rendered again with `enable_thinking=True` (Qwen3's template drops the
 thinking of earlier turns, so 25 turns of it do not fill the context), and every turn is its own
 training sequence, [that prompt, mask 0] + [the reply, thinking included, mask 1], in
-`Episode.turns`. spade.py gives each turn the episode's advantage and weight 1/T (grpo.Sample), so
-the episode counts once. Without it the template is asked for `enable_thinking=False` (Qwen3-8B then
+`Episode.turns`. batch.trained_agent_samples gives each turn the episode's advantage and weight 1/T
+(grpo.Sample), so the episode counts once. Without it the template is asked for `enable_thinking=False` (Qwen3-8B then
 answers without thinking; templates without the switch ignore it).
 
-Choices where the official code differs or is silent (METHOD.md 13.3; all of them: the README's
-"Where we differ from the official code"):
+Choices where the official code differs or is silent (METHOD.md 13.3; all of them: METHOD.md 14):
 - seeds: `play_seeds` gives explicit per-play seeds; spade.py passes them to BOTH arms (hinted and
   unhinted), where the official code seeds only hinted plays. `seeds=None` resets without a seed.
 - hinted plays run exactly the loop of unhinted plays (the official re-tokenises them and skips the
@@ -44,7 +43,8 @@ Choices where the official code differs or is silent (METHOD.md 13.3; all of the
 - per-episode budgets: one generate call per distinct per-turn budget; that is one call per turn
   until some episode comes within `max_new_tokens + 64` tokens of the context cap.
 
-Not here: retries of failed plays, the compact filter (a function of `status`, applied by spade.py).
+Not here: retries of failed plays (there are none), the compact filter (a function of `status`, applied
+by batch.trained_agent_samples).
 """
 import dataclasses
 import hashlib
@@ -86,6 +86,7 @@ class Episode:
     num_turns: int = 0                    # assistant turns generated
     error: str | None = None              # "<SandboxError kind>: <message>" when status == "error"
     failed: bool = False                  # a FAILED play (hang, crash, load/reset or tool failure): drop it
+    hung: bool = False                    # its environment's load, reset or step ran past the deadline
     messages: list[dict] = field(default_factory=list)     # chat transcript (ends with the last observation)
     num_generated_tokens: int = 0
     # Thinking mode: per turn (tokens, loss_mask, logprobs), the re-rendered prompt then the reply;
@@ -143,11 +144,13 @@ def _end(play_, status, reward=0.0, error=None):
     play_.episode.status, play_.episode.reward, play_.episode.error = status, reward, error
 
 
-def _end_on_error(play_, error, failed):
+def _end_on_error(play_, error, failed, in_tool=False):
     """End the episode on a SandboxError: reward -1 and status "error" either way; `failed` marks a
-    FAILED play (METHOD.md 3.3), as opposed to step() raising, a -1 terminated play (METHOD.md 1.1)."""
+    FAILED play (METHOD.md 3.3), as opposed to step() raising, a -1 terminated play (METHOD.md 1.1);
+    `hung` one whose environment (not one tool call) ran past its deadline: spade.py blacklists it."""
     _end(play_, "error", -1.0, f"{error.kind}: {error.message}")
     play_.episode.failed = failed
+    play_.episode.hung = error.kind == "timeout" and not in_tool
 
 
 def _start(play_, timeout_s, max_turns):
@@ -181,7 +184,7 @@ def _act(play_, text):
             observation, reward, terminated, truncated, _ = play_.box.step(
                 game_action(text) if kind == "game" else text)
     except sandbox.SandboxError as e:   # only step() raising or breaking the contract is not FAILED
-        return _end_on_error(play_, e, failed=kind == "tool_calls" or e.kind != "contract")
+        return _end_on_error(play_, e, failed=kind == "tool_calls" or e.kind != "contract", in_tool=kind == "tool_calls")
     if kind == "malformed":   # METHOD 4.3: keep the tokens but out of the loss, and show the format
         tokens, loss_mask, logprobs = play_.sequence()
         start = play_.turn_start

@@ -18,8 +18,7 @@ def drop_failed(episodes, blacklist):
     3.3; without the official single retry: a sandboxed failure is rarely transient); an environment
     whose load, reset or step hung joins the blacklist: it is not played again this run, and the
     designer's regret_based reward flags it. A hung tool call fails only its play."""
-    hung = {e.env_id for e in episodes
-            if e.failed and e.error.startswith("timeout") and not e.error.startswith("timeout: call_tool")}
+    hung = {e.env_id for e in episodes if e.failed and e.hung}
     blacklist |= hung
     return [e for e in episodes if not e.failed], hung
 

@@ -10,7 +10,7 @@ In the trainer: `checked_*` and `clean_*`, the types a reply must have whatever 
 coercion, and the code extraction and brace repair applied to a designer's response (pure text).
 
 The gate (gate.py, METHOD.md 3.1 plus a determinism check) is deliberately stricter than
-METHOD.md 3.1 in these places (with the other deviations, in the README's "Where we differ"):
+METHOD.md 3.1 in these places (with the other deviations, in METHOD.md 14):
 - a blank (whitespace-only) observation from reset() fails, not only an empty one: it would give
   the agent an empty `Observation:` line and nothing to play.
 - reset(seed=123) must also return a non-blank observation, not merely not raise: every play resets

@@ -16,8 +16,7 @@ prompts.py, our own words); skill schedule 2.2; up to 5 validated attempts per s
 document and memory sample, failures never trained 3.1 and 3.4; the sample = prompt tokens (mask 0) +
 response tokens (mask 1, their log-probs) 2.3; hints (mode "self") 5.
 
-Where we differ from the official code (METHOD.md 13.3 and around it; all of them: the README's
-"Where we differ from the official code"):
+Where we differ from the official code (METHOD.md 13.3 and around it; all of them: METHOD.md 14):
 - No global `random`: ideas, tool-use domain/variant and memory samples use the caller's `rng`
   (corpus.py keeps its own).
 - The no-corpus prompt asks for a private `random.Random(seed)`, not `random.seed(seed)` (13.3).

@@ -26,8 +26,8 @@ class EnvOutcome:
     window_rewards: raw rewards of the unhinted (trained) plays, one list per step offset o = t - t0;
                     offset 0 is the regen step. Inner lists may be empty (FAILED plays are dropped);
                     the outer list is shorter than R on the final flush.
-    hinted_rewards: the regen step's hinted plays (never trained on); [] when the hint failed, the game
-                    hung, or the variant computes no hints -> hinted mean 0 (METHOD 5).
+    hinted_rewards: the regen step's hinted plays (never trained on); [] when every hinted play failed
+                    (the game hung, say) or the variant computes no hints -> hinted mean 0 (METHOD 5).
     step_timeout:   the game's reset/step hung during the epoch; only `regret_based` punishes it.
     Example: EnvOutcome("Optimization", [[1, 0], [1, 1]], [1, 1, 0, 1]) has window_mean 0.75,
     regen_step_mean 0.5, hinted_mean 0.75, regret 0.25.

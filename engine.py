@@ -1,6 +1,6 @@
 """Text generation behind one small interface (model loading by name is models.py).
 
-    model, tokenizer = load_model("tiny")              # or "smollm2-135m", "Qwen3-4B", a path, a hub id
+    model, tokenizer = models.load_model("tiny")       # or "smollm2-135m", "Qwen3-4B", a path, a hub id
     engine = make_engine(model, tokenizer, kind="hf")  # or kind="vllm"
     completions = engine.generate([prompt_ids, ...], SamplingParams(temperature=0.6, top_p=0.95, top_k=20))
 
@@ -27,8 +27,7 @@ from transformers import StaticCache
 
 import attention
 
-from models import (ALIASES, CHAT_TEMPLATE, RANDOM_SHAPES, ModelLoadError, gathered, is_sharded,  # noqa: F401
-                    load_model, random_model, resolve_model_name, tiny_model, tiny_tokenizer)
+from models import gathered, is_sharded
 
 # Nucleus sampling without top-k applies top_p within the 1024 most likely tokens (a bounded top-k
 # instead of a sort of the whole vocabulary); the mass beyond them is ignored. At top_p <= 0.95 on

@@ -44,11 +44,12 @@ def frame(message):
     return struct.pack(">I", len(data)) + data
 
 
-def readable(sock, timeout):
-    """Whether `sock` has data (or EOF) within `timeout` seconds; poll, so any fd number works."""
+def readable(sock, timeout=None):
+    """Whether `sock` has data (or EOF) within `timeout` seconds (None: however long it takes); poll,
+    so any fd number works."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
-    return bool(poller.poll(max(0, timeout) * 1000))
+    return bool(poller.poll(None if timeout is None else max(0, timeout) * 1000))
 
 
 def send(sock, data, deadline):
@@ -68,7 +69,7 @@ def recv(sock, deadline, limit=MAX_REPLY_BYTES + 4096):
     gone, ValueError for an oversized frame."""
     buffer, size = bytearray(), None
     while size is None or len(buffer) < 4 + size:
-        if not readable(sock, min(deadline - time.monotonic(), 3600)):
+        if not readable(sock, None if deadline == float("inf") else deadline - time.monotonic()):
             raise TimeoutError
         chunk = sock.recv(1 << 20 if size is None else min(4 + size - len(buffer), 1 << 20))
         if not chunk:

@@ -4,7 +4,7 @@ One call of `update` is one optimizer step on the whole batch of designer and ag
 paper (global batch = rollout batch). Top to bottom: `Sample`; the loss as small pure functions;
 log-probs from the final hidden states of a micro-batch (packing.py: one packed row with
 variable-length attention on CUDA, attention.py, or length-sorted padded rows with SDPA elsewhere)
-through kernels.py (no [tokens x vocabulary] logits on CUDA; there the loss and its gradients are
+through fused.py (no [tokens x vocabulary] logits on CUDA; there the loss and its gradients are
 formed in one sweep, `fused_grpo_loss`); `make_optimizer` (8-bit AdamW), `update` and `push_weights`
 (FSDP2's sharding is models.shard_model).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import logging
 import math
 import time
 from collections import defaultdict
@@ -171,7 +172,7 @@ def _final_hidden(model, batch: packing.MicroBatch):
     output projection [V, H]); F = rows x (S - 1).
 
     The whole model is called (not model.model) so that FSDP2's root hooks gather the final norm and
-    lm_head; an empty logits_to_keep stops it from computing the [T, V] logits: kernels.py scores the
+    lm_head; an empty logits_to_keep stops it from computing the [T, V] logits: fused.py scores the
     targets from the hidden states.
     """
     no_logits = torch.empty(0, dtype=torch.long, device=batch.input_ids.device)
@@ -186,21 +187,21 @@ def _final_hidden(model, batch: packing.MicroBatch):
 def token_logprobs(model, batch: packing.MicroBatch, temperature=1.0):
     """Log-prob of every sample token under `model`: [B, L] rows, 0 at position 0 and on padding.
 
-    Through kernels.py: the fused Triton kernel on CUDA (never the [T, V] logits), its fp32 torch
+    Through fused.py: the fused Triton kernel on CUDA (never the [T, V] logits), its fp32 torch
     reference elsewhere. Divide by the rollout temperature: the engine's log-probs are of the tempered
     distribution.
     """
-    import kernels  # lazily: Triton is only needed on CUDA
+    import fused  # lazily: Triton is only needed on CUDA
     hidden, targets, weight = _final_hidden(model, batch)
-    return packing.per_sample(kernels.logprob_fn(hidden.device)(hidden, weight, targets, temperature), batch)
+    return packing.per_sample(fused.logprob_fn(hidden.device)(hidden, weight, targets, temperature), batch)
 
 
 def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=0.2, clip_high=0.28, tis_cap=2.0,
                     kl_coef=0.0, ref_logprobs=None):
-    """`grpo_loss` of the micro-batch with the current weights as pi_old, through sweep.linear_token_loss:
+    """`grpo_loss` of the micro-batch with the current weights as pi_old, through fused.linear_token_loss:
     the loss is a sum of per-token terms, so its gradient is formed during the forward sweep over the
     vocabulary (three GEMMs, not four). Returns (loss, stats) as grpo_loss does, with the same values."""
-    import sweep  # lazily, as kernels: Triton is only needed on CUDA
+    import fused  # lazily, as in token_logprobs: Triton is only needed on CUDA
     hidden, targets, weight = _final_hidden(model, batch)
     # Which predicting position scores each (sample, token): its flat index + 1 through packing.per_sample, 0 = none.
     index = torch.arange(1, targets.numel() + 1, device=targets.device, dtype=torch.float64)
@@ -223,7 +224,7 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
                                           clip_high, tis_cap, kl_coef, None if ref is None else ref[rows])
         return ((per_token + kl_coef * kl) * coef[rows]).sum()
 
-    loss, flat_logprobs = sweep.linear_token_loss(hidden, weight, targets, token_loss, temperature)
+    loss, flat_logprobs = fused.linear_token_loss(hidden, weight, targets, token_loss, temperature)
     logprobs = packing.per_sample(flat_logprobs, batch)
     stats = grpo_loss(logprobs, logprobs, batch.rollout_logprobs, batch.advantages, mask, clip_low, clip_high,
                       tis_cap, kl_coef, ref_logprobs, batch.weights)[1]
@@ -256,6 +257,9 @@ def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1):
     if bf16:
         print(f"WARNING: bf16 weights with bitsandbytes round each update to nearest; at lr {lr} most "
               "weights will not move. Install torchao (stochastic rounding) or train in float32.")
+    # bitsandbytes logs a failure to load an optional CPU 4-bit kernel (from a `kernels` package we do
+    # not use) on CPUs with AVX512-BF16: a newcomer reads it as a broken install. Its optimizers need none.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     import bitsandbytes
     return bitsandbytes.optim.AdamW8bit(groups, lr=lr, betas=betas)
 

@@ -4,12 +4,12 @@
 
 A run directory holds `config.json`, `metrics.jsonl` (one JSON object per step), `samples/`
 (per regen step, per new environment: its code, hint, scores and one hinted and one unhinted
-transcript; in the baselines, `plays.json` every R steps: one play of each environment or RLVE
+transcript; and `plays.json` every R steps: one play of each environment of the pool or RLVE
 problem), `env_memory.json` and checkpoints. `Log` writes the first three while spade.py runs;
 `main` reads them back and writes `report/curriculum.png` (agent reward, hint regret, designer
 validity, share of environments in the learnable band 0.2-0.8, environment length in lines over
 steps) and `report/index.html` (every generated environment with its code, hint, scores and a
-transcript; a baseline's dumped plays), so a person can look rather than grep.
+transcript; the dumped plays), so a person can look rather than grep.
 """
 import dataclasses
 import html
@@ -99,9 +99,9 @@ class Log:
                 "designer/env_lines": sum(len(e.code.splitlines()) for e in epoch["envs"]) / len(epoch["envs"])}
 
 
-    def plays(self, step, episodes):
-        """A baseline step's plays for people (no designer, so no regen dumps): the first play of each
-        environment or RLVE problem, with its transcript."""
+    def plays(self, step, episodes, rewards):
+        """A step's plays for people: the first play of each environment of the pool (generated, topped up
+        from envs/, a fixed pool's, or an RLVE problem) with its transcript and the environment's win rate."""
         first = {}
         for episode in episodes:
             first.setdefault(episode.env_id, episode)
@@ -110,7 +110,7 @@ class Log:
         folder = self.run_dir / "samples" / f"step_{step:05d}"
         folder.mkdir(parents=True, exist_ok=True)
         records = [dict(env_id=e.env_id, skill=e.skill, seed=e.seed, reward=e.reward, status=e.status, error=e.error,
-                        transcript=e.messages) for e in first.values()]
+                        win_rate=regret.win_rate(rewards.get(e.env_id, [])), transcript=e.messages) for e in first.values()]
         (folder / "plays.json").write_text(json.dumps(records, indent=1))
 
 
@@ -181,13 +181,16 @@ def rejected_html(rejected):
 def plays_html(plays):
     if not plays:
         return ""
-    rows = "".join(f"""<details><summary>step {p['step']} &middot; {html.escape(p['env_id'])} &middot; reward {p['reward']:+.2f}
- &middot; {html.escape(p['status'])}</summary>{transcript_html(p['transcript'])}</details>""" for p in plays)
-    return f"<h1>Baseline plays ({len(plays)})</h1><p>One play of each environment or problem every R steps.</p>{rows}"
+    rows = "".join(f"""<details><summary>step {p['step']} &middot; {html.escape(p['env_id'])} &middot; win rate
+ {p.get('win_rate', 0.0):.2f} &middot; this play {p['reward']:+.2f}, {html.escape(p['status'])}</summary>
+{transcript_html(p['transcript'])}</details>""" for p in plays)
+    return (f"<h1>Plays ({len(plays)})</h1><p>One play of each environment of the pool (or RLVE problem) every R "
+            f"steps, with the environment's win rate at that step.</p>{rows}")
 
 
 def write_html(run_dir, metrics, samples, rejected, path, plays=()):
     last = metrics[-1] if metrics else {}
+    is_baseline = not any("designer/valid_rate" in m for m in metrics)
     cards = []
     for s in samples:
         cards.append(f"""<section><h2>{html.escape(s['env_id'])}</h2>
@@ -197,8 +200,9 @@ def write_html(run_dir, metrics, samples, rejected, path, plays=()):
 <details><summary>code</summary><pre>{html.escape(s['code'])}</pre></details>
 <details><summary>unhinted play ({html.escape(s.get('unhinted_status', ''))})</summary>{transcript_html(s['unhinted_transcript'])}</details>
 <details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>""")
-    body = "\n".join(cards) or ("<p>A baseline run: no designer.</p>" if plays else
-                                 "<p>The designer wrote no valid environment in this run (see the log's rejections).</p>")
+    body = "\n".join(cards) or ("<p>A baseline run: no designer.</p>" if is_baseline else
+                                 "<p>The designer wrote no valid environment in this run (its rejected attempts are below);"
+                                 " the pool was topped up from envs/, and what the agent played there is under Plays.</p>")
     summary = " &middot; ".join(f"{k} {v:.3g}" for k, v in last.items() if isinstance(v, float) and "/" in k)
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {html.escape(Path(run_dir).name)}</title>
 <style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;

@@ -60,8 +60,9 @@ where the jail, the namespaces and a uid of its own are all missing, the sandbox
 (environment code would run as the trainer's user, beside it), unless SPADE_UNSAFE_SANDBOX=1.
 
 Every failure raises SandboxError with .kind in {"load", "contract", "timeout", "memory",
-"crash", "output"}; after it the child is dead and reaped and .alive is False. The agent turns it
-into an episode reward of -1 (METHOD.md 1.1); nothing here hides it.
+"crash", "output"}; after it the child is dead and reaped and .alive is False. The agent ends the
+episode with it: a scored -1 when step() raised or broke the contract (METHOD.md 1.1), otherwise a
+FAILED play that is dropped (METHOD.md 3.3); nothing here hides it.
 """
 import atexit
 import functools

@@ -359,8 +359,8 @@ def main(argv=None):
         # 3. Memory records each new environment with its win rate and regret at the regen step.
         if regen:
             metrics.update(remember_new_envs(epoch, rewards, played, memory, log, step))
-        elif (fixed_pool is not None or cfg.rlve) and step % cfg.regen_interval == 0:
-            log.plays(step, played)                          # baselines: what the agent did, for people
+        if step % cfg.regen_interval == 0:                   # what the agent played, for people: the pool's
+            log.plays(step, played, rewards)                 # every environment, topped-up seeds included
         # 4. The delayed designer rewards (D = R): the epoch that ended at this regen step, and on the
         #    last step the open epoch with whatever plays it has, even one begun now (METHOD 6.2 step 5).
         #    The role scale counts this step's agent samples, compact-filtered ones too (METHOD 6.2 step 4);

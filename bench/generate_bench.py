@@ -21,6 +21,7 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import engine  # noqa: E402
+import models  # noqa: E402
 
 SAMPLING = dict(temperature=0.6, top_p=0.95, top_k=20)
 
@@ -90,7 +91,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     quick = args.quick or not torch.cuda.is_available()
-    model, tokenizer = engine.load_model("tiny", device="cuda" if torch.cuda.is_available() else "cpu")
+    model, tokenizer = models.load_model("tiny", device="cuda" if torch.cuda.is_available() else "cpu")
     name = "tiny"
     if not quick:
         model, name = qwen3_1_7b_shaped("cuda"), "Qwen3-1.7B-shaped (random, bf16)"

@@ -60,7 +60,7 @@ transformers.__version__, 'triton', triton.__version__)"
   date -u; } 2>&1 | tee -a "$SUMMARY"
 
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts=)
-step kernel_tests 60 "${PYTEST[@]}" -x tests/test_kernels.py
+step kernel_tests 60 "${PYTEST[@]}" -x tests/test_fused.py
 step logprob_bench 90 "$PY" bench/logprob_bench.py
 step generate_bench 80 "$PY" bench/generate_bench.py
 step update_bench 210 "$PY" bench/update_bench.py --iters 1

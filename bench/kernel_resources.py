@@ -1,4 +1,4 @@
-"""What kernels.py's and sweep.py's Triton kernels compile to on Hopper (sm_90), without a GPU: registers,
+"""What fused.py's Triton kernels compile to on Hopper (sm_90), without a GPU: registers,
 spills, shared memory, and whether the reduction loops are pipelined (async copies) onto wgmma tensor-core ops.
 
     python bench/kernel_resources.py       # any machine with triton: ahead-of-time compile, ~10 s
@@ -21,9 +21,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root, for kernels.py
-import kernels  # noqa: E402
-import sweep  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root, for fused.py
+import fused  # noqa: E402
 
 POINTERS = {"forward": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32"),
             "dlogits": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32", "*bf16"),
@@ -34,21 +33,21 @@ DIVISIBLE = {"T", "V", "H", "VC", "v_per_split", "v_offset", "M", "N", "K", "str
 
 
 def _launch(name, tiles, knobs):
-    """(kernel, constexpr values, launch options) as kernels.py or sweep.py launches it."""
+    """(kernel, constexpr values, launch options) as fused.py launches it."""
     sizes = dict(BT=tiles.block_t, BV=tiles.block_v, BK=tiles.block_k, UPCAST=False)
     options = dict(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
     if name == "forward":
-        return kernels._forward_kernel, sizes, options
+        return fused._forward_kernel, sizes, options
     if name == "dlogits":
-        return kernels._dlogits_kernel, dict(sizes, GROUP=tiles.group), options
+        return fused._dlogits_kernel, dict(sizes, GROUP=tiles.group), options
     if name.startswith("row_"):
-        fn = sweep._row_lse_kernel if name == "row_lse" else sweep._row_dlogits_kernel
+        fn = fused._row_lse_kernel if name == "row_lse" else fused._row_dlogits_kernel
         return fn, dict(BV=knobs.block_v), dict(num_warps=knobs.num_warps)
-    return kernels._accumulate_matmul_kernel, dict(BM=tiles.block_t, BN=tiles.block_v, BK=tiles.block_k,
+    return fused._accumulate_matmul_kernel, dict(BM=tiles.block_t, BN=tiles.block_v, BK=tiles.block_k,
                                                    GROUP=tiles.group, UPCAST=False), options
 
 
-def resources(name: str, tiles: kernels.Tiles = kernels.Tiles(), knobs: sweep.Sweep = sweep.Sweep()) -> dict:
+def resources(name: str, tiles: fused.Tiles = fused.Tiles(), knobs: fused.Sweep = fused.Sweep()) -> dict:
     """Compile one kernel (a POINTERS key) for sm_90 and read what it uses."""
     fn, constexprs, options = _launch(name, tiles, knobs)
     args = fn.arg_names
@@ -72,13 +71,13 @@ def resources(name: str, tiles: kernels.Tiles = kernels.Tiles(), knobs: sweep.Sw
 
 
 def main():
-    print(f"kernels.py on sm_90, triton {triton.__version__} (ahead-of-time, no GPU needed)\n")
+    print(f"fused.py on sm_90, triton {triton.__version__} (ahead-of-time, no GPU needed)\n")
     print(f"{'tiles (T x V x K, warps, stages)':<34} {'kernel':<12} {'regs':>5} {'spill B':>8} {'shared KiB':>10} "
           f"{'async copies':>12} {'wgmma':>6}")
-    knobs = sweep.Sweep()
+    knobs = fused.Sweep()
     runs = [(f"{t.block_t} x {t.block_v} x {t.block_k}, {t.num_warps}, {t.num_stages}", t, name)
-            for t in (kernels.Tiles(), kernels.Tiles(block_v=256)) for name in list(POINTERS)[:3]]
-    runs += [(f"rows of {knobs.block_v}, {knobs.num_warps} warps", kernels.Tiles(), name)
+            for t in (fused.Tiles(), fused.Tiles(block_v=256)) for name in list(POINTERS)[:3]]
+    runs += [(f"rows of {knobs.block_v}, {knobs.num_warps} warps", fused.Tiles(), name)
              for name in ("row_lse", "row_dlogits")]
     for label, tiles, name in runs:
         r = resources(name, tiles, knobs)

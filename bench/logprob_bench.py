@@ -6,18 +6,18 @@
 
 Rows per shape (T tokens, H hidden, V vocabulary), all bf16 inputs with fp32 softmax:
   naive        log_softmax((h @ W.T).float()) gathered: T x V logits in bf16 and fp32
-  chunked      kernels.chunked_linear_logprob: 2048-token chunks, logits recomputed in backward
+  chunked      chunked_linear_logprob (below): 2048-token chunks, logits recomputed in backward
   liger        LigerFusedLinearCrossEntropyLoss(reduction="none"), if liger_kernel imports
   three GEMMs  h @ W.T, g @ W and g.T @ h in bf16 with preallocated outputs: the practical floor
-  ours         kernels.fused_linear_logprob (default 128 x 128 tiles; and a 128 x 256 variant)
-  sweep        sweep.linear_token_loss, the GRPO-loss variant (three GEMMs: loss and gradients in one
+  ours         fused.fused_linear_logprob (default 128 x 128 tiles; and a 128 x 256 variant)
+  sweep        fused.linear_token_loss, the GRPO-loss variant (three GEMMs: loss and gradients in one
                sweep of 512-token chunks; and 256-token chunks), with token_loss = sum(upstream * logprob),
                whose gradients are exactly those of the other rows
 Time: median of CUDA-event timings of forward + backward (upstream gradient random), after warm-up.
 Peak extra: torch.cuda.max_memory_allocated() during one step minus what was allocated before it (the
 inputs); it includes the bf16 gradients of h and W, which every method must return, so the table also
 shows it net of them. TFLOP/s counts the three GEMMs' 6*T*H*V flops for every row.
-Not measured here: correctness (tests/test_kernels.py does that; sanity lines compare ours and the sweep
+Not measured here: correctness (tests/test_fused.py does that; sanity lines compare ours and the sweep
 with the fp32 reference at the first shape, gradients included).
 """
 import argparse
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 import triton
+from torch.utils.checkpoint import checkpoint
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root, for kernels.py
-import kernels  # noqa: E402
-import sweep  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root, for fused.py
+import fused  # noqa: E402
 
 SHAPES = [(8192, 2048, 151936), (32768, 2048, 151936), (8192, 4096, 151936)]   # (T, H, V)
 QUICK_SHAPES = [(128, 64, 1000), (256, 64, 3001)]
@@ -41,25 +41,39 @@ GIB = 2 ** 30
 
 
 def naive(hidden, weight, targets):
-    return kernels.logprobs_from_logits(hidden @ weight.T, targets)
+    return fused.logprobs_from_logits(hidden @ weight.T, targets)
+
+
+def _chunk_logprob(hidden, weight, targets, temperature):
+    return fused.logprobs_from_logits(hidden @ weight.T, targets, temperature)   # GEMM in the input dtype
+
+
+def chunked_linear_logprob(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                           temperature: float = 1.0, chunk_tokens: int = 2048) -> torch.Tensor:
+    """Token-chunked torch: each chunk's logits (GEMM in the input dtype, softmax in fp32) are freed after
+    its forward and rebuilt in backward (activation checkpointing), so only one chunk of logits lives."""
+    parts = [checkpoint(_chunk_logprob, hidden[i:i + chunk_tokens], weight, targets[i:i + chunk_tokens],
+                        temperature, use_reentrant=False)
+             for i in range(0, hidden.shape[0], chunk_tokens)]
+    return torch.cat(parts)
 
 
 def chunked(hidden, weight, targets):
-    return kernels.chunked_linear_logprob(hidden, weight, targets, chunk_tokens=2048)
+    return chunked_linear_logprob(hidden, weight, targets, chunk_tokens=2048)
 
 
 def wide_tiles(hidden, weight, targets):
-    return kernels.fused_linear_logprob(hidden, weight, targets, tiles=kernels.Tiles(block_v=256))
+    return fused.fused_linear_logprob(hidden, weight, targets, tiles=fused.Tiles(block_v=256))
 
 
-def sweep_step(hidden, weight, targets, upstream, knobs=sweep.Sweep()):
+def sweep_step(hidden, weight, targets, upstream, knobs=fused.Sweep()):
     """linear_token_loss with the loss sum(upstream * logprob): the same gradients as method_step's."""
     def token_loss(logprobs, rows):
         return (logprobs * upstream[rows]).sum()
 
     def step():
         hidden.grad = weight.grad = None
-        sweep.linear_token_loss(hidden, weight, targets, token_loss, sweep=knobs)[0].backward()
+        fused.linear_token_loss(hidden, weight, targets, token_loss, sweep=knobs)[0].backward()
     return step
 
 
@@ -131,9 +145,9 @@ def sanity_lines(hidden, weight, targets, upstream):
     difference and the norm-wise relative error of both gradients (the sweep rounds grad_weight once per
     chunk: 16 times at 8192 tokens)."""
     torch.backends.cuda.matmul.allow_tf32 = False
-    runs = {"fp32 reference": lambda h, w: kernels.linear_logprob_reference(h.float(), w.float(), targets),
-            "ours": lambda h, w: kernels.fused_linear_logprob(h, w, targets),
-            "sweep": lambda h, w: sweep.linear_token_loss(h, w, targets, lambda lp, rows: (lp * upstream[rows]).sum())}
+    runs = {"fp32 reference": lambda h, w: fused.linear_logprob_reference(h.float(), w.float(), targets),
+            "ours": lambda h, w: fused.fused_linear_logprob(h, w, targets),
+            "sweep": lambda h, w: fused.linear_token_loss(h, w, targets, lambda lp, rows: (lp * upstream[rows]).sum())}
     results = {}
     for name, run in runs.items():
         h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
@@ -170,11 +184,11 @@ def bench_shape(T, H, V, iters, device, liger, want_sanity):
         "chunked": step_of(chunked),
         "liger": (step_of(liger) if liger else "liger_kernel not installed") if cuda else "needs CUDA",
         "three GEMMs": lambda: three_gemm_step(hidden, weight),
-        "ours": step_of(kernels.fused_linear_logprob) if triton_runs else "needs CUDA (Triton)",
+        "ours": step_of(fused.fused_linear_logprob) if triton_runs else "needs CUDA (Triton)",
         # The first tuning experiment of bench/NOTES.md, measured in the same run: wider tiles.
         "ours 128x256": step_of(wide_tiles) if triton_runs else "needs CUDA (Triton)",
         "sweep": (lambda: sweep_step(hidden, weight, targets, upstream)) if triton_runs else "needs CUDA (Triton)",
-        "sweep C=256": (lambda: sweep_step(hidden, weight, targets, upstream, sweep.Sweep(chunk_tokens=256)))
+        "sweep C=256": (lambda: sweep_step(hidden, weight, targets, upstream, fused.Sweep(chunk_tokens=256)))
                        if triton_runs else "needs CUDA (Triton)",
     }
     results = {}

@@ -27,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import agent  # noqa: E402
 import engine  # noqa: E402
+import models  # noqa: E402
 import envs  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def main():
     args = parser.parse_args()
 
     pool = envs.load_pool(args.envs)
-    model, tokenizer = engine.load_model(args.model)
+    model, tokenizer = models.load_model(args.model)
     stops = engine.default_eos_token_ids(model, tokenizer) | (set(range(0, 256, 2)) if args.quick_stops else set())
     generator = engine.make_engine(model, tokenizer, kind=args.kind, eos_token_ids=stops)
     measure(pool[:2], generator, tokenizer, 1, args)   # warm-up: kernels, the sandbox fork server

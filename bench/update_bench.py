@@ -13,7 +13,7 @@ checkpointing; they differ in everything the update path is about:
   ours   grpo.update: one packed row with variable-length attention, the loss and its gradients from
          the final hidden states in one sweep (grpo.fused_grpo_loss, never the [T x V] logits),
          grpo.make_optimizer
-  ours-lp the same with fused_loss=False: log-probs first (kernels.fused_linear_logprob), then the loss
+  ours-lp the same with fused_loss=False: log-probs first (fused.fused_linear_logprob), then the loss
 Each path builds its optimizer, takes one untimed warm-up update (Triton autotuning, optimizer states),
 then --iters timed updates (median). Peak: torch.cuda.max_memory_allocated() over the timed updates,
 weights, gradients and optimizer states included. Tokens/s counts real tokens, not padding. MFU is
@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 import attention  # noqa: E402
-import engine  # noqa: E402
+import models  # noqa: E402
 import grpo  # noqa: E402
 import packing  # noqa: E402
 
@@ -115,7 +115,7 @@ def measure(step, iters, cuda):
 def bench_model(name, args, device, cuda):
     """Rows (model, path, seconds, tokens/s, MFU, peak GiB, micro-batches) for one model, naive first."""
     dtype = torch.bfloat16 if cuda else torch.float32
-    model, _ = engine.load_model(name, dtype=dtype, device=device)
+    model, _ = models.load_model(name, dtype=dtype, device=device)
     note = ""
     if getattr(model.config, "num_experts", None):
         try:

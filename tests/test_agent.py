@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import engine
+import models
 import sandbox
 import actions
 from envs import Environment
@@ -159,7 +160,7 @@ def tools_of(env, seed=0):
 @pytest.fixture(scope="module")
 def tiny():
     """(engine, tokenizer) of the random tiny model; the scripted tests use only its tokenizer."""
-    model, tokenizer = engine.load_model("tiny", device="cpu")
+    model, tokenizer = models.load_model("tiny", device="cpu")
     return engine.make_engine(model, tokenizer, kind="hf"), tokenizer
 
 
@@ -418,8 +419,8 @@ def test_sandbox_errors_end_only_their_episode(tokenizer):
     check_invariants(step_error, tokenizer, ["\\boxed{press}"])   # tokens up to the failure are kept
     assert (load_error.status, load_error.reward, load_error.tokens, load_error.num_turns) == ("error", -1.0, [], 0)
     assert load_error.error.startswith("load:") and load_error.failed
-    assert (hang.status, hang.reward, hang.failed) == ("error", -1.0, True) and hang.error.startswith("timeout:")
-    assert (tool_hang.status, tool_hang.reward, tool_hang.failed) == ("error", -1.0, True)
+    assert (hang.status, hang.reward, hang.failed, hang.hung) == ("error", -1.0, True, True)
+    assert (tool_hang.status, tool_hang.reward, tool_hang.failed, tool_hang.hung) == ("error", -1.0, True, False)
     assert tool_hang.error.startswith("timeout: call_tool")
     assert (vault.status, vault.num_turns, vault.failed) == ("truncated", 2, False)   # the others play on
 
@@ -542,7 +543,7 @@ def test_smollm2_plays_two_seed_environments_for_two_turns():
     pool = envs.load_pool(pathlib.Path(__file__).resolve().parents[1] / "envs")
     game = next(e for e in pool if e.skill in envs.GAME_SKILLS)
     tool_use = next(e for e in pool if e.skill in envs.TOOL_SKILLS)
-    model, tokenizer = engine.load_model("smollm2-135m", device="cpu")
+    model, tokenizer = models.load_model("smollm2-135m", device="cpu")
     generator = engine.make_engine(model, tokenizer, kind="hf")
     episodes = play([game, tool_use], generator, tokenizer, 1, params=engine.SamplingParams(temperature=0.6, seed=0),
                     max_turns=2, max_new_tokens=48)

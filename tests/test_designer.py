@@ -14,6 +14,7 @@ import pytest
 
 import designer
 import engine
+import models
 import prompts
 from corpus import Corpus, builtin_corpus, load_corpus, truncate_words
 from designer import EnvMemory, design, render_memory, skills_for_epoch, slots_for_epoch, write_hints
@@ -77,7 +78,7 @@ class LampDeskEnv(ToolUseBaseEnv):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return engine.load_model("tiny")[1]
+    return models.load_model("tiny")[1]
 
 
 # --- corpus --------------------------------------------------------------------------------------
@@ -463,7 +464,7 @@ def test_hint_prompt_shows_the_code_and_differs_by_setting():
 # --- the real tiny model --------------------------------------------------------------------------
 
 def test_real_tiny_model_designs_garbage_that_is_rejected(capsys):
-    model, tok = engine.load_model("tiny")
+    model, tok = models.load_model("tiny")
     real = engine.HFEngine(model, tok)
     envs, samples, stats = design(real, tok, [MATH], corpus=builtin_corpus(200), memory=filled_memory(),
                                   setting="games", params=engine.SamplingParams(max_new_tokens=16, seed=0),

@@ -19,7 +19,8 @@ import torch
 
 import engine
 import models
-from engine import Completion, HFEngine, ModelLoadError, SamplingParams, load_model, resolve_model_name
+from engine import Completion, HFEngine, SamplingParams
+from models import ModelLoadError, load_model, resolve_model_name
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -123,8 +123,7 @@ def test_sample_rejects_bad_shapes():
 # With a model.
 
 def tiny_model():
-    import engine
-    return engine.load_model("tiny", device="cpu")[0]
+    return models.load_model("tiny", device="cpu")[0]
 
 
 VOCAB = 265  # the tiny model's byte-level vocabulary plus its special tokens
@@ -250,7 +249,7 @@ def test_a_sample_of_weight_w_counts_as_w_copies(cpu_varlen):
 
 @pytest.mark.parametrize("route", ["padded", "torch_varlen"])
 def test_fused_loss_equals_logprobs_then_loss(route, cpu_varlen):
-    # The CUDA default (grpo.fused_grpo_loss: loss and gradients formed in sweep.linear_token_loss's
+    # The CUDA default (grpo.fused_grpo_loss: loss and gradients formed in fused.linear_token_loss's
     # sweep) against token_logprobs + grpo_loss, KL and micro-batches included; on the GPU when there
     # is one (Triton compiled), else on the CPU (interpreted).
     torch.manual_seed(0)   # the reference's noise: the same case whatever ran before
@@ -321,7 +320,7 @@ def test_kl_to_a_frozen_reference():
 def test_push_weights_into_an_engine_with_its_own_copy():
     import copy
     import engine
-    model, tokenizer = engine.load_model("tiny", device="cpu")
+    model, tokenizer = models.load_model("tiny", device="cpu")
     separate = engine.make_engine(copy.deepcopy(model), tokenizer, kind="hf")
     shared = engine.make_engine(model, tokenizer, kind="hf")
     grpo.update(model, torch.optim.SGD(model.parameters(), lr=1.0), random_samples(3, VOCAB))
@@ -334,8 +333,7 @@ def test_push_weights_into_an_engine_with_its_own_copy():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="varlen attention and the fused kernel need CUDA")
 def test_cuda_packed_routes_match_padded():
-    import engine
-    model = engine.load_model("tiny", dtype=torch.bfloat16, device="cuda")[0]
+    model = models.load_model("tiny", dtype=torch.bfloat16, device="cuda")[0]
     samples = random_samples(6, VOCAB, seed=3, max_len=300)
     routes = ["torch_varlen"] + (["flash"] if attention.route(model) == "flash" else [])
     with torch.no_grad():
@@ -349,8 +347,7 @@ def test_cuda_packed_routes_match_padded():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_update_runs_packed():
-    import engine
-    model = engine.load_model("tiny", dtype=torch.bfloat16, device="cuda")[0]
+    model = models.load_model("tiny", dtype=torch.bfloat16, device="cuda")[0]
     stats = grpo.update(model, grpo.make_optimizer(model, lr=1e-3), random_samples(8, VOCAB, max_len=200),
                         micro_token_budget=512, activation_checkpointing=True)
     assert stats["attention"] in ("flash", "torch_varlen") and stats["num_micro_batches"] > 1
@@ -387,7 +384,7 @@ def fsdp_worker(rank, world_size, port, path, run=fsdp_update, timeout_s=120):
 
 @pytest.mark.parametrize("fused_loss", [False, True], ids=["logprobs-then-loss", "fused-loss"])
 def test_fsdp2_two_processes_match_one(tmp_path, fused_loss):
-    # fused-loss: the CUDA default, whose gradients of the gathered lm_head come from kernels.py's sweep
+    # fused-loss: the CUDA default, whose gradients of the gathered lm_head come from fused.py's sweep
     # (its Triton row kernels interpreted here; the workers inherit TRITON_INTERPRET from conftest.py).
     import functools
     import torch.multiprocessing as mp
@@ -451,7 +448,7 @@ def test_grpo_learns_a_trivial_environment_family():
     """Each environment is a random prompt; the scripted check gives reward 1 when the reply's first
     token is one of the allowed ids. Rollouts come from the in-process engine, as in spade.py."""
     import engine
-    model, tokenizer = engine.load_model("tiny", device="cpu")
+    model, tokenizer = models.load_model("tiny", device="cpu")
     hf_engine = engine.make_engine(model, tokenizer, kind="hf")
     g = torch.Generator().manual_seed(0)
     held_out = torch.randint(0, VOCAB, (32, 6), generator=g).tolist()

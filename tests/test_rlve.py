@@ -8,13 +8,14 @@ import pytest
 import torch
 
 import engine
+import models
 import rlve
 from test_agent import ScriptedEngine
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return engine.load_model("tiny", device="cpu")[1]
+    return models.load_model("tiny", device="cpu")[1]
 
 
 def test_all_sixteen_environments_make_problems_at_their_first_levels():
@@ -92,7 +93,7 @@ def test_plays_share_one_problem_per_environment(tokenizer):
 
 
 def test_the_tiny_model_plays_rlve_problems(tokenizer):
-    model, _ = engine.load_model("tiny", device="cpu")
+    model, _ = models.load_model("tiny", device="cpu")
     generator = engine.make_engine(model, tokenizer, kind="hf")
     problems = [rlve.Curriculum().problem("Division", random.Random(0))]
     episodes = rlve.play(problems, generator, tokenizer, 2, params=engine.SamplingParams(temperature=1.0, seed=0),

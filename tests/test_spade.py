@@ -30,8 +30,8 @@ def final_weights(run_dir):
 
 
 def assert_trained(run_dir, steps):
-    import engine
-    initial, _ = engine.load_model("tiny")
+    import models
+    initial, _ = models.load_model("tiny")
     weights, latest = final_weights(run_dir)
     assert latest["step"] == steps
     changed = [name for name, p in initial.state_dict().items() if name in weights and not torch.equal(p, weights[name])]
@@ -51,6 +51,9 @@ def test_self_play_two_steps(tmp_path):
     memory = json.loads((run_dir / "env_memory.json").read_text())
     assert len(memory) >= 4     # seeded from envs/ (2 per skill of the preset), then the new environments
     assert "step    0 |" in result.stdout and "designer:" in result.stdout
+    plays = json.loads((run_dir / "samples" / "step_00000" / "plays.json").read_text())   # topped-up seeds too
+    page = (run_dir / "report" / "index.html").read_text()
+    assert len(plays) == 2 and all(p["env_id"] in page and "win_rate" in p for p in plays) and "Plays (2)" in page
 
 
 def test_thinking_mode_self_play(tmp_path):
@@ -93,7 +96,7 @@ def test_fixed_rlve_baseline(tmp_path):
     plays = json.loads((tmp_path / "rlve" / "samples" / "step_00000" / "plays.json").read_text())
     assert len(plays) == 3 and all(p["skill"] == "RLVE" and p["transcript"][0]["role"] == "user" for p in plays)
     page = (tmp_path / "rlve" / "report" / "index.html").read_text()
-    assert "Baseline plays (3)" in page and plays[0]["env_id"] in page and "A baseline run: no designer." in page
+    assert "Plays (3)" in page and plays[0]["env_id"] in page and "A baseline run: no designer." in page
 
 
 def test_fixed_pool_baseline(tmp_path):
@@ -309,11 +312,11 @@ def test_failed_plays_are_dropped_and_hung_games_blacklisted():
     import agent
     from batch import drop_failed
 
-    def episode(env_id, reward=0.0, error=None, failed=False):
+    def episode(env_id, reward=0.0, error=None, failed=False, hung=False):
         return agent.Episode(env_id, "Logic", hinted=False, seed=0, reward=reward, error=error, failed=failed,
-                             status="error" if error else "terminated")
+                             hung=hung, status="error" if error else "terminated")
     played = [episode("ok", 1.0), episode("raises", -1.0, "contract: step raised ValueError"),
-              episode("hangs", -1.0, "timeout: step did not finish within 30 s", failed=True),
+              episode("hangs", -1.0, "timeout: step did not finish within 30 s", failed=True, hung=True),
               episode("tool", -1.0, "timeout: call_tool did not finish within 30 s", failed=True),
               episode("crashes", -1.0, "crash: the child died (signal 11)", failed=True)]
     blacklist = {"earlier"}

@@ -1,4 +1,4 @@
-"""Equivalence tests for kernels.py: the Triton fused linear log-prob against a float64 reference.
+"""Equivalence tests for fused.py: its Triton log-prob and GRPO-loss kernels against float64 references.
 
 Without a GPU the Triton kernels run in Triton's CPU interpreter (slow: shapes stay tiny and the tiles
 shrink to 16-64 so that odd sizes exercise every mask); with one, the same tests run compiled on CUDA.
@@ -23,17 +23,16 @@ if DEVICE == "cpu" and TRITON_HERE:
     os.environ["TRITON_INTERPRET"] = "1"   # read by @triton.jit as it decorates: before triton's import
 import triton.language as tl  # noqa: E402
 
-import kernels  # noqa: E402
-import sweep  # noqa: E402
+import fused  # noqa: E402
 
 if DEVICE == "cpu" and TRITON_HERE:
-    assert all("Interpreted" in type(fn).__name__ for fn in (tl.zeros, kernels._forward_kernel)), \
+    assert all("Interpreted" in type(fn).__name__ for fn in (tl.zeros, fused._forward_kernel)), \
         "Triton kernels were compiled despite TRITON_INTERPRET=1"
 runs_triton = pytest.mark.skipif(not TRITON_HERE, reason="triton was imported compiled before this module; "
                                  "test_triton_tests_in_a_fresh_process runs these")
 
 # T = 37 and V = 203 are multiples of no tile; 2 vocabulary splits in forward, 2 vocabulary chunks in backward.
-SMALL = kernels.Tiles(block_t=16, block_v=64, block_k=32, num_warps=4, num_stages=2, num_splits=2)
+SMALL = fused.Tiles(block_t=16, block_v=64, block_k=32, num_warps=4, num_stages=2, num_splits=2)
 
 
 def relative_error(actual, expected):
@@ -67,7 +66,7 @@ def exact_gradients(hidden, weight, targets, upstream, temperature, round_dlogit
 def run_fused(hidden, weight, targets, upstream, temperature, tiles=SMALL):
     hidden = hidden.to(DEVICE, copy=True).requires_grad_()   # a copy: leave the caller's tensors alone
     weight = weight.to(DEVICE, copy=True).requires_grad_()
-    logprobs = kernels.fused_linear_logprob(hidden, weight, targets.to(DEVICE), temperature, tiles=tiles)
+    logprobs = fused.fused_linear_logprob(hidden, weight, targets.to(DEVICE), temperature, tiles=tiles)
     logprobs.backward(upstream.to(DEVICE))
     return logprobs.cpu(), hidden.grad.cpu(), weight.grad.cpu()
 
@@ -76,7 +75,7 @@ def test_analytic_gradient_is_autograd_of_the_reference():
     # The sign and temperature convention the kernel implements, checked against autograd in float64.
     hidden, weight, targets, upstream = make_case(9, 31, 8, torch.float64, seed=0, ignored=[2])
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    kernels.linear_logprob_reference(h, w, targets, 0.7).backward(upstream.double())
+    fused.linear_logprob_reference(h, w, targets, 0.7).backward(upstream.double())
     grad_hidden, grad_weight = exact_gradients(hidden, weight, targets, upstream, 0.7)
     assert relative_error(h.grad, grad_hidden) < 1e-12 and relative_error(w.grad, grad_weight) < 1e-12
 
@@ -84,7 +83,7 @@ def test_analytic_gradient_is_autograd_of_the_reference():
 @runs_triton
 def test_worked_example_from_the_docstring():
     hidden, weight = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 0.0], [1.0, 0.0]])
-    logprob = kernels.fused_linear_logprob(hidden.to(DEVICE), weight.to(DEVICE), torch.tensor([1]).to(DEVICE),
+    logprob = fused.fused_linear_logprob(hidden.to(DEVICE), weight.to(DEVICE), torch.tensor([1]).to(DEVICE),
                                            tiles=SMALL)
     assert abs(logprob.item() - (1 - math.log(1 + math.e))) < 1e-6
 
@@ -95,7 +94,7 @@ def test_bf16_odd_sizes_match_float64_reference():
     hidden, weight, targets, upstream = make_case(37, 203, 32, torch.bfloat16, seed=1)
     tiles = dataclasses.replace(SMALL, chunk_bytes=37 * 2 * 128)   # two vocabulary chunks
     logprobs, grad_hidden, grad_weight = run_fused(hidden, weight, targets, upstream, temperature, tiles)
-    reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, temperature)
+    reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, temperature)
     assert relative_error(logprobs, reference) <= 1e-5      # fp32 sums of exact bf16 products
     # Gradients: a bf16 backward rounds twice (the dlogits tile fed to the tensor cores, and the bf16
     # result), costing ~2.2e-3 norm-wise whatever the implementation (torch's own bf16 autograd of
@@ -114,7 +113,7 @@ def test_fp32_hidden_size_not_a_multiple_of_the_tile():
     temperature = 1.3
     hidden, weight, targets, upstream = make_case(37, 203, 40, torch.float32, seed=2)   # H = 40, block_k = 32
     logprobs, grad_hidden, grad_weight = run_fused(hidden, weight, targets, upstream, temperature)
-    reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, temperature)
+    reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, temperature)
     exact_hidden, exact_weight = exact_gradients(hidden, weight, targets, upstream, temperature)
     tolerance = 1e-5 if DEVICE == "cpu" else 5e-3      # the GPU multiplies fp32 on TF32 tensor cores
     assert relative_error(logprobs, reference) <= tolerance
@@ -128,7 +127,7 @@ def test_ignored_targets_give_zero_and_no_gradient():
     logprobs, grad_hidden, grad_weight = run_fused(hidden, weight, targets, upstream, 1.0)
     assert torch.all(logprobs[[0, 7, 19]] == 0) and torch.all(grad_hidden[[0, 7, 19]] == 0)
     kept = targets >= 0
-    reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, 1.0)
+    reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, 1.0)
     assert relative_error(logprobs[kept], reference[kept]) <= (1e-5 if DEVICE == "cpu" else 5e-3)   # TF32 on GPU
     # grad_weight without the ignored tokens == grad_weight of the kept tokens alone.
     _, kept_weight = exact_gradients(hidden[kept], weight, targets[kept], upstream[kept], 1.0)
@@ -137,7 +136,7 @@ def test_ignored_targets_give_zero_and_no_gradient():
 
 # linear_token_loss: 8-token chunks (T = 37: five, the last one short), 64-wide row steps, and the
 # grad_hidden reduction split in 4 when V allows (204 = 4 x 51; 203 falls back to one GEMM).
-SWEEP = sweep.Sweep(chunk_tokens=8, block_v=64, num_warps=4, split_k=4)
+SWEEP = fused.Sweep(chunk_tokens=8, block_v=64, num_warps=4, split_k=4)
 
 
 def run_sweep(hidden, weight, targets, upstream, temperature, knobs=SWEEP, scale=1.0, train_weight=True):
@@ -146,8 +145,8 @@ def run_sweep(hidden, weight, targets, upstream, temperature, knobs=SWEEP, scale
     hidden = hidden.to(DEVICE, copy=True).requires_grad_()
     weight = weight.to(DEVICE, copy=True).requires_grad_(train_weight)
     upstream = upstream.to(DEVICE)
-    loss, logprobs = sweep.linear_token_loss(hidden, weight, targets.to(DEVICE),
-                                               lambda lp, rows: (lp * upstream[rows]).sum(), temperature, sweep=knobs)
+    loss, logprobs = fused.linear_token_loss(hidden, weight, targets.to(DEVICE),
+                                             lambda lp, rows: (lp * upstream[rows]).sum(), temperature, sweep=knobs)
     (scale * loss).backward()
     return loss.item(), logprobs.cpu(), hidden.grad.cpu(), None if weight.grad is None else weight.grad.cpu()
 
@@ -156,7 +155,7 @@ def run_sweep(hidden, weight, targets, upstream, temperature, knobs=SWEEP, scale
 def test_sweep_bf16_matches_float64_reference():
     hidden, weight, targets, upstream = make_case(37, 204, 32, torch.bfloat16, seed=6, ignored=[5])
     loss, logprobs, grad_hidden, grad_weight = run_sweep(hidden, weight, targets, upstream, 0.7, scale=0.5)
-    reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, 0.7)
+    reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, 0.7)
     assert relative_error(logprobs, reference) <= 1e-5 and logprobs[5] == 0
     assert loss == pytest.approx((reference * upstream.double()).sum().item(), rel=1e-5)
     # grad_hidden is one reduction over V summed in fp32: the two-roundings floor, as for the kernel above.
@@ -173,7 +172,7 @@ def test_sweep_fp32_odd_sizes_frozen_weight_and_unused_tokens():
     hidden, weight, targets, upstream = make_case(37, 203, 40, torch.float32, seed=7, ignored=[0, 36])
     upstream[8:16] = 0                      # a whole chunk whose loss has zero gradient
     loss, logprobs, grad_hidden, grad_weight = run_sweep(hidden, weight, targets, upstream, 1.3)
-    reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, 1.3)
+    reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, 1.3)
     exact_hidden, exact_weight = exact_gradients(hidden, weight, targets, upstream, 1.3)
     tolerance = 1e-5 if DEVICE == "cpu" else 5e-3      # the GPU multiplies fp32 on TF32 tensor cores
     assert relative_error(logprobs, reference) <= tolerance
@@ -185,9 +184,10 @@ def test_sweep_fp32_odd_sizes_frozen_weight_and_unused_tokens():
 
 
 def test_chunked_torch_equals_reference():
+    from bench.logprob_bench import chunked_linear_logprob   # the bench's token-chunked torch baseline
     hidden, weight, targets, upstream = make_case(37, 203, 32, torch.float64, seed=4, ignored=[3])
     results = []
-    for fn in (kernels.linear_logprob_reference, lambda *a: kernels.chunked_linear_logprob(*a, chunk_tokens=8)):
+    for fn in (fused.linear_logprob_reference, lambda *a: chunked_linear_logprob(*a, chunk_tokens=8)):
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         logprobs = fn(h, w, targets, 0.9)
         logprobs.backward(upstream.double())
@@ -197,17 +197,17 @@ def test_chunked_torch_equals_reference():
 
 
 def test_launch_helpers_by_hand():
-    assert kernels.num_vocab_splits(64, 132) == 2        # 8192 tokens / 128: 128 of 132 SMs busy
-    assert kernels.num_vocab_splits(256, 132) == 1       # 32768 tokens: 256 programs, 97% of 2 waves
-    assert kernels.num_vocab_splits(3, 1) == 1           # the interpreter: one "SM"
-    assert kernels.vocab_chunk(8192, 2, kernels.Tiles()) == 8192     # 128 MiB of bf16 dlogits
-    assert kernels.vocab_chunk(32768, 2, kernels.Tiles()) == 2048
-    assert kernels.vocab_chunk(10 ** 9, 2, kernels.Tiles()) == 128   # never less than one tile
+    assert fused.num_vocab_splits(64, 132) == 2        # 8192 tokens / 128: 128 of 132 SMs busy
+    assert fused.num_vocab_splits(256, 132) == 1       # 32768 tokens: 256 programs, 97% of 2 waves
+    assert fused.num_vocab_splits(3, 1) == 1           # the interpreter: one "SM"
+    assert fused.vocab_chunk(8192, 2, fused.Tiles()) == 8192     # 128 MiB of bf16 dlogits
+    assert fused.vocab_chunk(32768, 2, fused.Tiles()) == 2048
+    assert fused.vocab_chunk(10 ** 9, 2, fused.Tiles()) == 128   # never less than one tile
 
 
 def test_logprob_fn_dispatches_by_device():
-    assert kernels.logprob_fn("cpu") is kernels.linear_logprob_reference
-    assert kernels.logprob_fn(torch.device("cuda", 0)) is kernels.fused_linear_logprob
+    assert fused.logprob_fn("cpu") is fused.linear_logprob_reference
+    assert fused.logprob_fn(torch.device("cuda", 0)) is fused.fused_linear_logprob
 
 
 @pytest.mark.skipif(TRITON_HERE, reason="the Triton tests ran in this process")
@@ -223,9 +223,9 @@ def test_default_hopper_tiles_on_gpu():
     # The production tile sizes, with several token blocks, splits and vocabulary chunks.
     temperature = 0.8
     hidden, weight, targets, upstream = make_case(1000, 5003, 256, torch.bfloat16, seed=5, ignored=[10])
-    tiles = kernels.Tiles(chunk_bytes=1000 * 2 * 2048)
+    tiles = fused.Tiles(chunk_bytes=1000 * 2 * 2048)
     logprobs, grad_hidden, grad_weight = run_fused(hidden, weight, targets, upstream, temperature, tiles)
-    reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, temperature)
+    reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, temperature)
     ideal_hidden, ideal_weight = exact_gradients(hidden, weight, targets, upstream, temperature, torch.bfloat16)
     assert relative_error(logprobs, reference) <= 1e-5
     assert relative_error(grad_hidden, ideal_hidden.bfloat16()) <= 1e-3
@@ -237,8 +237,8 @@ def test_default_sweep_on_gpu():
     # The production Sweep, with V split 4 ways (5004) and not (5003), against the float64 reference.
     for vocab in (5004, 5003):
         hidden, weight, targets, upstream = make_case(1500, vocab, 256, torch.bfloat16, seed=8, ignored=[10])
-        _, logprobs, grad_hidden, grad_weight = run_sweep(hidden, weight, targets, upstream, 0.8, sweep.Sweep())
-        reference = kernels.linear_logprob_reference(hidden.double(), weight.double(), targets, 0.8)
+        _, logprobs, grad_hidden, grad_weight = run_sweep(hidden, weight, targets, upstream, 0.8, fused.Sweep())
+        reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, 0.8)
         ideal_hidden, _ = exact_gradients(hidden, weight, targets, upstream, 0.8, torch.bfloat16)
         _, exact_weight = exact_gradients(hidden, weight, targets, upstream, 0.8)
         assert relative_error(logprobs, reference) <= 1e-5
