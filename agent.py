@@ -325,48 +325,17 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
         "seeds must be None or, per environment, a list of plays_per_env seeds"
     started = time.perf_counter()
     timings = {"generate_s": 0.0, "env_s": 0.0, "num_generate_calls": 0}
-    end_texts = sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
     plays = [_Play(Episode(env.env_id, env.skill, hints is not None, seeds[i][k] if seeds else None),
                    env.code, hints[i] if hints else None, thinking=thinking)
              for i, env in enumerate(envs) for k in range(plays_per_env)]
-    running = lambda: [p for p in plays if p.episode.status == "running"]
-
-    def in_pool(function, args):   # sandbox calls wait on child processes: overlap them
-        tick = time.perf_counter()
-        if args:
-            list(pool.map(function, *zip(*args)))
-        timings["env_s"] += time.perf_counter() - tick
-
-    def release_finished():   # close finished episodes' sandboxes in the background, during generate
-        for p in plays:
-            if p.episode.status != "running" and p.box is not None:
-                pool.submit(p.box.close)
-                p.box = None
-
     # Threads mostly wait on sandbox processes, so more of them than cores helps (2 cores: 8 > 2).
     pool = ThreadPoolExecutor(num_workers or min(32, 4 * (os.cpu_count() or 1)))
     bar = tqdm(total=len(plays), desc="agent play", disable=not progress)
     try:
-        in_pool(_start, [(p, timeout_s, max_turns) for p in plays])
-        _render_prompts(tokenizer, running(), thinking)
-        for turn in range(max_turns):
-            for p in running():   # METHOD 4.1: no room left for a useful turn
-                if max_context - len(p.context()) <= CONTEXT_MARGIN:
-                    _end(p, "truncated")
-            release_finished()
-            bar.update(len(plays) - len(running()) - bar.n)
-            if not running():
-                break
-            turn_params = params if params.seed is None else dataclasses.replace(params, seed=params.seed + turn)
-            replies = _generate(engine, tokenizer, running(), turn_params, max_new_tokens, max_context, timings)
-            in_pool(_act, replies)
-            if turn == max_turns - 1:   # the agent's turn cap (METHOD 4.1: TIMEOUT -> truncated)
-                for p in running():
-                    _end(p, "truncated")
-            if thinking:
-                _render_prompts(tokenizer, running(), thinking)
-            else:
-                _append_deltas(tokenizer, running(), end_texts)
+        _in_pool(pool, timings, _start, [(p, timeout_s, max_turns) for p in plays])
+        _render_prompts(tokenizer, _running(plays), thinking)
+        _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns=max_turns, max_context=max_context,
+               max_new_tokens=max_new_tokens, thinking=thinking)
         bar.update(len(plays) - bar.n)
     finally:   # close every sandbox, also when the engine or the tokenizer raised
         bar.close()
@@ -374,7 +343,6 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
             if p.box is not None:
                 pool.submit(p.box.close)
         pool.shutdown(wait=True)
-
     episodes = [p.episode for p in plays]
     for e in episodes:
         assert e.status != "running"
@@ -385,3 +353,42 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
         stats.update(timings, wall_s=time.perf_counter() - started, num_episodes=len(episodes),
                      num_generated_tokens=sum(e.num_generated_tokens for e in episodes))
     return episodes
+
+
+def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, max_context, max_new_tokens,
+           thinking):
+    """Every turn of every live play: generate the replies in one batch, carry them to the sandboxes."""
+    end_texts = sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
+    for turn in range(max_turns):
+        for p in _running(plays):   # METHOD 4.1: no room left for a useful turn
+            if max_context - len(p.context()) <= CONTEXT_MARGIN:
+                _end(p, "truncated")
+        for p in plays:   # close finished episodes' sandboxes in the background, during generate
+            if p.episode.status != "running" and p.box is not None:
+                pool.submit(p.box.close)
+                p.box = None
+        bar.update(len(plays) - len(_running(plays)) - bar.n)
+        if not _running(plays):
+            return
+        turn_params = params if params.seed is None else dataclasses.replace(params, seed=params.seed + turn)
+        replies = _generate(engine, tokenizer, _running(plays), turn_params, max_new_tokens, max_context, timings)
+        _in_pool(pool, timings, _act, replies)
+        if turn == max_turns - 1:   # the agent's turn cap (METHOD 4.1: TIMEOUT -> truncated)
+            for p in _running(plays):
+                _end(p, "truncated")
+        if thinking:
+            _render_prompts(tokenizer, _running(plays), thinking)
+        else:
+            _append_deltas(tokenizer, _running(plays), end_texts)
+
+
+def _running(plays):
+    return [p for p in plays if p.episode.status == "running"]
+
+
+def _in_pool(pool, timings, function, args):
+    """Sandbox calls wait on child processes: overlap them in the thread pool."""
+    tick = time.perf_counter()
+    if args:
+        list(pool.map(function, *zip(*args)))
+    timings["env_s"] += time.perf_counter() - tick

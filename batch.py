@@ -67,15 +67,13 @@ def num_agent_episodes(episodes):
 def score_epoch(epoch, cfg, tracker, num_agent):
     """A finished epoch's designer samples with their advantages: [(grpo.Sample, raw x)]."""
     import grpo
-    if not epoch or not epoch["samples"]:
+    if epoch is None or not epoch.samples:
         return []
-    outcomes = [designer_rewards.EnvOutcome(s.skill, epoch["window"][s.env_id], epoch["hinted"].get(s.env_id, []),
-                                            s.env_id in epoch["timeouts"]) for s in epoch["samples"]]
-    raw, advantages = designer_rewards.score_designer_batch(cfg.designer_reward, outcomes, num_agent=num_agent,
+    raw, advantages = designer_rewards.score_designer_batch(cfg.designer_reward, epoch.outcomes(), num_agent=num_agent,
                                                             regen_interval=cfg.regen_interval, tracker=tracker,
                                                             **cfg.plateau())
     return [(grpo.Sample(s.tokens, s.loss_mask, s.logprobs, a), x)
-            for s, x, a in zip(epoch["samples"], raw, advantages) if a is not None]
+            for s, x, a in zip(epoch.samples, raw, advantages) if a is not None]
 
 
 def designer_metrics(batch):

@@ -68,6 +68,39 @@ class EnvOutcome:
 
 
 @dataclass
+class Epoch:
+    """One pool's epoch, from its regen step t0 to the next (METHOD 6.2): what its designer samples are
+    scored on, R steps later. spade.py opens it at t0, records every step's unhinted rewards, and
+    scores it when the next regen step (or the run's last step) closes it.
+
+    samples: the designer samples of the environments that passed the gate (designer.DesignerSample:
+             tokens, loss mask, log-probs, skill, env_id), one per new environment.
+    hinted:  env_id -> the rewards of its hinted plays at t0.
+    window:  env_id -> per step offset, the rewards of its unhinted plays (FAILED plays dropped).
+    timeouts: the environments whose load, reset or step hung in the epoch.
+    """
+    t0: int
+    samples: list
+    hinted: dict[str, list[float]]
+    window: dict[str, list[list[float]]] = field(default_factory=dict)
+    timeouts: set[str] = field(default_factory=set)
+
+    def __post_init__(self):
+        self.window = self.window or {s.env_id: [] for s in self.samples}
+
+    def record(self, rewards: dict[str, list[float]], hung: set[str]) -> None:
+        """One step's unhinted rewards per environment, and the environments that hung."""
+        for env_id, steps in self.window.items():
+            steps.append(rewards.get(env_id, []))
+        self.timeouts |= hung & set(self.window)
+
+    def outcomes(self) -> list[EnvOutcome]:
+        """One EnvOutcome per designer sample, in the samples' order."""
+        return [EnvOutcome(s.skill, self.window[s.env_id], self.hinted.get(s.env_id, []), s.env_id in self.timeouts)
+                for s in self.samples]
+
+
+@dataclass
 class LearningPotentialTracker:
     """Per-skill EMAs of the learning_potential ablation, written exactly as METHOD 6.3 does:
     mu_fast <- (1 - 0.98) mu_fast + 0.98 r, mu_slow <- (1 - 0.85) mu_slow + 0.85 r; the first update of

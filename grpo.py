@@ -309,17 +309,8 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
         for step in range(int(num_passes)):
             group, weight = (plan[step], 1.0) if step < len(plan) else ([samples[0]], 0.0)
             batch = packing.collate(group, packed=route != "padded", device=device)
-            ref_logprobs = None
-            if kl_coef != 0:
-                with torch.no_grad():
-                    ref_logprobs = token_logprobs(ref_model, batch, temperature)
-            clips = (clip_low, clip_high, tis_cap, kl_coef)
-            if fused_loss:
-                loss, stats = fused_grpo_loss(model, batch, temperature, *clips, ref_logprobs)
-            else:
-                logprobs = token_logprobs(model, batch, temperature)
-                loss, stats = grpo_loss(logprobs, logprobs.detach(), batch.rollout_logprobs, batch.advantages,
-                                        batch.loss_mask, *clips, ref_logprobs, batch.weights)
+            loss, stats = _micro_batch_loss(model, batch, temperature, (clip_low, clip_high, tis_cap, kl_coef),
+                                            ref_model, fused_loss)
             share = weight * sum(s.weight for s in group) / total_weight
             # FSDP2 averages gradients over ranks; the shares already sum to 1 over all ranks.
             (loss * share * world).backward()
@@ -331,6 +322,25 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
                 totals[key] += value * tokens
             totals["num_loss_tokens"] += tokens
             totals["num_tokens"] += sum(batch.lengths) * weight
+    return _reduced(totals, device, world) | dict(num_samples=len(samples), num_micro_batches=int(num_passes),
+                                                  attention=route)
+
+
+def _micro_batch_loss(model, batch, temperature, clips, ref_model, fused_loss):
+    """One micro-batch's (loss, stats): through the fused loss, or log-probs first, then grpo_loss."""
+    ref_logprobs = None
+    if clips[3] != 0:   # kl_coef
+        with torch.no_grad():
+            ref_logprobs = token_logprobs(ref_model, batch, temperature)
+    if fused_loss:
+        return fused_grpo_loss(model, batch, temperature, *clips, ref_logprobs)
+    logprobs = token_logprobs(model, batch, temperature)
+    return grpo_loss(logprobs, logprobs.detach(), batch.rollout_logprobs, batch.advantages, batch.loss_mask,
+                     *clips, ref_logprobs, batch.weights)
+
+
+def _reduced(totals, device, world):
+    """The micro-batches' summed stats, summed over ranks; token sums back to token means."""
     keys = sorted(totals)
     summed = torch.stack([torch.as_tensor(totals[k], device=device).double() for k in keys])
     if world > 1:
@@ -338,7 +348,6 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     out = dict(zip(keys, summed.tolist()))
     for key in ("kl", "clip_fraction", "tis_weight", "tis_capped_fraction"):
         out[key] /= max(out["num_loss_tokens"], 1.0)
-    out.update(num_samples=len(samples), num_micro_batches=int(num_passes), attention=route)
     return out
 
 

@@ -50,15 +50,17 @@ class Log:
         self.wandb, self.step_seconds = None, []
         if cfg.wandb and not self.quiet:
             import wandb
-            self.wandb = wandb.init(project="spade", name=cfg.run, config=dataclasses.asdict(cfg))
+            self.wandb = wandb.init(project="spade", name=self.run_dir.name, config=dataclasses.asdict(cfg))
 
     def print(self, message):
         if not self.quiet:
             print(message, flush=True)
 
     def config(self):
-        config = dataclasses.asdict(self.cfg)
-        self.print("config: " + " ".join(f"{k}={v}" for k, v in config.items()))
+        knobs, fixed = dataclasses.asdict(self.cfg), dataclasses.asdict(self.cfg.fixed)
+        self.print("config: " + " ".join(f"{k}={v}" for k, v in knobs.items())
+                   + " | fixed: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
+        config = {**knobs, "fixed": fixed}
         if not self.quiet:
             (self.run_dir / "config.json").write_text(json.dumps(config, indent=1))
 
@@ -75,19 +77,20 @@ class Log:
         if self.wandb:
             self.wandb.log(metrics, step=metrics["step"])
 
-    def samples(self, step, epoch, episodes, scores):
-        """Dump each new environment of a regen step, and the rejected attempts; return summary metrics."""
+    def samples(self, step, regen, episodes, scores):
+        """Dump each new environment of a regen step (spade.Regen), and the rejected attempts; return
+        summary metrics."""
         folder = self.run_dir / "samples" / f"step_{step:05d}"
         if not self.quiet:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "rejected.json").write_text(json.dumps(epoch["rejected"], indent=1))
-        if not epoch["envs"]:
+            (folder / "rejected.json").write_text(json.dumps(regen.rejected, indent=1))
+        if not regen.envs:
             return {}
         first = lambda eps, env_id: next((e for e in eps if e.env_id == env_id), None)
-        for i, env in enumerate(epoch["envs"]):
-            hinted, unhinted = first(epoch["hinted_episodes"], env.env_id), first(episodes, env.env_id)
+        for i, env in enumerate(regen.envs):
+            hinted, unhinted = first(regen.hinted, env.env_id), first(episodes, env.env_id)
             record = dict(env_id=env.env_id, skill=env.skill, step=step, code=env.code,
-                          hint=epoch["hints"][i] if epoch["hints"] else "", **scores[env.env_id],
+                          hint=regen.hints[i] if regen.hints else "", **scores[env.env_id],
                           hinted_transcript=hinted.messages if hinted else [],
                           unhinted_transcript=unhinted.messages if unhinted else [],
                           unhinted_status=unhinted.status if unhinted else "", unhinted_error=unhinted.error if unhinted else None)
@@ -96,8 +99,7 @@ class Log:
                 (folder / f"{env.env_id}.py").write_text(env.code)
         values = list(scores.values())
         return {"designer/regret": sum(v["regret"] for v in values) / len(values),
-                "designer/env_lines": sum(len(e.code.splitlines()) for e in epoch["envs"]) / len(epoch["envs"])}
-
+                "designer/env_lines": sum(len(e.code.splitlines()) for e in regen.envs) / len(regen.envs)}
 
     def plays(self, step, episodes, rewards):
         """A step's plays for people: the first play of each environment of the pool (generated, topped up

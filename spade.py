@@ -8,8 +8,8 @@
     python spade.py --resume out/<run>                # carry on from the last checkpoint
     python spade.py report out/<run>                  # plots + an HTML page of the curriculum
 
-Every step, in the paper's order (METHOD.md 0): every R steps the designer writes a new pool of
-environments (designer.py; validated in sandbox.py), writes a hint for each and plays each one
+Every step (`self_play_step`), in the paper's order (METHOD.md 0): every R steps the designer writes a
+new pool of environments (`regen_pool`: designer.py; validated in gate.py), writes a hint for each and plays each one
 with its hint (not trained: it measures what the hint is worth); the agent plays every pool
 environment K times (agent.py); rewards become advantages (regret.py, batch.py): per-environment
 z-scores for the agent, and for the designer the blend of a win-rate plateau and hint-based regret,
@@ -22,8 +22,9 @@ over the samples present); with several GPUs every rank runs the same rollouts (
 vLLM tensor-parallel) and the update splits the samples between ranks; checkpoints keep the last
 two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Thinking mode (--thinking, on
 for Qwen3-8B as in the paper's 8B runs) trains each turn of an episode as its own sample, weighted so
-that the episode counts once (agent.py). The two baselines replace the designer: --pool (fixed-pool
-GRPO) and --rlve (RLVE's environments with their adaptive difficulty, rlve.py).
+that the episode counts once (agent.py). The two baselines replace the designer where a step's plays
+come from (`run.plays`: `fixed_pool_plays`, `rlve_plays`): --pool (fixed-pool GRPO) and --rlve (RLVE's
+environments with their adaptive difficulty, rlve.py). Set-up is `set_up` and `load_trainer`.
 """
 import argparse
 import contextlib
@@ -45,78 +46,62 @@ from batch import designer_metrics, drop_failed, group_rewards, num_agent_episod
 from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
 from launch import RankAgreement, agreed, install_sigint_handler, launch_ranks, setup_distributed
 
+# The modules that import torch are imported where they are first used, after the arguments have been
+# checked: a bad flag is one sentence in a second, not after torch has loaded.
 ROOT = Path(__file__).resolve().parent
 
 
 @dataclass
 class Config:
+    """The thirty knobs. Each default is the paper's (METHOD.md 7.3: games, Qwen3-30B-A3B); a setting's,
+    a model's and the embedded preset's own values (the tables below) apply over them, and what the
+    command line gives always wins."""
     model: str = "smollm2-135m"       # alias (Qwen3-30B-A3B, Qwen3-8B, Qwen3-4B, smollm2-135m, tiny) or path
-    preset: str = "auto"              # paper | embedded | auto (embedded for smollm2-135m, tiny, tiny-moe)
-    setting: str = "games"            # games | tool_use: skills, prompts and regeneration interval
+    setting: str = "games"            # games | tool_use: skills, prompts and the setting's column of METHOD 7.3
     steps: int = 400                  # rollout steps (= policy updates)
     num_envs: int = 24                # G: environments per pool
     plays_per_env: int = 8            # K: trained plays of each environment per step
-    regen_interval: int = 0           # R: steps per pool; 0 = the setting's (4 games, 8 tool use)
-    hint_plays: int = 16              # hinted plays per new environment (not trained)
+    regen_interval: int = 4           # R: steps per pool (8 for tool use)
     skills: str = ""                  # comma-separated skill names; "" = all six of the setting
-    skills_per_regen: int = 0         # skills per epoch; 0 = the setting's (3 games, 6 tool use; at most all)
-    designer_attempts: int = 5        # validated tries per designer slot
     designer_reward: str = "blend"    # blend | solve_rate | regret_based | learning_potential
     plateau_band: str = "0.4,0.6,0.25"  # lo,hi,ramp of the win-rate plateau (4B later phase: 0.2,0.4,0.2)
     temperature: float = 0.6          # agent and designer sampling temperature
     top_p: float = 0.95               # nucleus sampling of agent and designer
-    top_k: int = 20                   # top-k sampling of agent and designer
-    hint_temperature: float = 0.3     # sampling temperature of the hint writer
+    top_k: int = 20                   # top-k sampling of agent and designer (0: off)
     max_turns: int = 25               # agent turns per episode
     max_context: int = 32768          # tokens per episode
     max_new_tokens: int = 8192        # agent tokens per turn
-    thinking: str = "auto"            # agent thinking, a sample per turn (METHOD 4.2): on, off, auto (on for Qwen3-8B)
-    designer_max_tokens: int = 0      # tokens per environment written; 0 = the model's (16384; 20000 Qwen3-8B)
-    hint_max_tokens: int = 0          # tokens per hint; 0 = the setting's (4096 games; tool use 2048, 512 Qwen3-4B)
+    thinking: str = "off"             # agent thinking, a sample per turn (METHOD 4.2): on | off (on for Qwen3-8B)
     corpus: str = ""                  # JSONL with orig_doc/text; "" = built from the stdlib's docs
-    corpus_max_words: int = 0         # document truncation; 0 = the setting's (6000 games, 4000 tool use)
     no_corpus: bool = False           # ablation: no grounding document
     no_memory: bool = False           # ablation: no environment memory
     no_designer_training: bool = False  # ablation: designer samples are generated but not trained
     pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
     rlve: bool = False                # baseline: 16 RLVE environments, adaptive difficulty (rlve.py); no designer
     lr: float = 1e-6                  # AdamW learning rate (constant)
-    kl_coef: float = -1.0             # k3 KL to the initial model; -1 = the paper's (0.005 tool use and 8B, else 0)
-    micro_token_budget: int = 16384   # tokens per micro-batch in the update
+    kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for tool use and Qwen3-8B)
     engine: str = "auto"              # hf | vllm | auto (vllm on CUDA when installed)
-    out: str = "out"                   # where runs are written
-    run: str = ""                     # run name; "" = a timestamp
+    out: str = "out/{time}"           # the run's directory; {time} is its start, YYYYmmdd-HHMMSS
     save_every: int = 16              # checkpoint every N steps (and at the end)
     resume: str = ""                  # a run directory to continue (its saved config; more --steps extend it)
     seed: int = 0                     # seeds python and torch RNGs
     wandb: bool = False               # also log metrics to Weights & Biases
 
-    def derive(self):
-        """Fill the values that depend on others (METHOD 7.3's columns), then check the whole config once."""
-        if self.setting not in ("games", "tool_use"):   # first: the skills and the defaults depend on it
+    def derive(self, fixed):
+        """Attach the values that are not knobs (`Fixed`), then check the whole config once."""
+        if self.setting not in SETTINGS:   # first: the skills and the tables depend on it
             raise SystemExit(f"spade.py: --setting must be games or tool_use, not {self.setting!r}")
-        tool_use, model, skills = self.setting == "tool_use", self.model.lower(), self.skill_list()
-        num_skills = len(skills)
-        self.regen_interval = self.regen_interval or (8 if tool_use else 4)
-        self.skills_per_regen = self.skills_per_regen or min(6 if tool_use else 3, num_skills)
-        self.corpus_max_words = self.corpus_max_words or (4000 if tool_use else 6000)
-        self.hint_max_tokens = self.hint_max_tokens or ((512 if "qwen3-4b" in model else 2048) if tool_use else 4096)
-        self.designer_max_tokens = self.designer_max_tokens or (20000 if "qwen3-8b" in model else 16384)
-        if self.thinking == "auto":
-            self.thinking = "on" if "qwen3-8b" in model else "off"
-        if self.kl_coef < 0:
-            self.kl_coef = 0.005 if tool_use or "qwen3-8b" in model else 0.0
-        self.run = self.run or time.strftime("%Y%m%d-%H%M%S")
+        skills = self.skill_list()
+        self.fixed = Fixed(**{**fixed, "skills_per_regen": min(fixed.get("skills_per_regen", 3), len(skills))})
+        self.out = self.out.format(time=time.strftime("%Y%m%d-%H%M%S"))
         problems = [msg for bad, msg in [
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
-            (self.num_envs < 1 or self.steps < 1, "--num-envs and --steps must be positive"),
-            (self.skills_per_regen > num_skills and not self.pool,
-             f"--skills-per-regen {self.skills_per_regen} is more than the {num_skills} skills in play: {skills}"),
+            (self.num_envs < 1 or self.steps < 1 or self.regen_interval < 1,
+             "--num-envs, --steps and --regen-interval must be positive"),
             (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
                                      f"not {self.plateau_band!r}"),
-            (self.preset not in ("auto", "paper", "embedded"), f"--preset must be auto, paper or embedded, not {self.preset!r}"),
             (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
-            (self.thinking not in ("on", "off"), f"--thinking must be on, off or auto, not {self.thinking!r}"),
+            (self.thinking not in ("on", "off"), f"--thinking must be on or off, not {self.thinking!r}"),
             (self.designer_reward not in designer_rewards.DESIGNER_REWARDS,
              f"unknown --designer-reward {self.designer_reward!r}; one of {list(designer_rewards.DESIGNER_REWARDS)}"),
             (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
@@ -155,17 +140,40 @@ class Config:
         return names
 
 
-# What a resumed run may change of its saved config.
-RESUMABLE = ("resume", "steps", "save_every", "engine", "wandb")
-# The fixed-RLVE baseline's own values (METHOD.md 10): 16 plays of each problem at temperature 1.
+@dataclass(frozen=True)
+class Fixed:
+    """What is not a knob: the method's own numbers (METHOD.md 7.3's shared row) and the values a setting,
+    a model or the embedded preset fixes. Forks change them here or in the tables below."""
+    hint_plays: int = 16              # hinted plays per new environment (not trained)
+    designer_attempts: int = 5        # validated tries per designer slot
+    skills_per_regen: int = 3         # skills per epoch (at most those in play)
+    hint_temperature: float = 0.3     # the hint writer's sampling temperature
+    designer_max_tokens: int = 16384  # tokens per environment written
+    hint_max_tokens: int = 4096       # tokens per hint
+    corpus_max_words: int = 6000      # document truncation
+    micro_token_budget: int = 16384   # tokens per micro-batch in the update
+
+
+# METHOD 7.3's columns: what a setting, a model (by alias, in any case), both, the fixed-RLVE baseline
+# (METHOD 10) and the embedded preset change of the defaults above, knobs and fixed values alike; applied
+# in this order, so the more specific wins, and the command line over all of them.
+SETTINGS = {"games": {},
+            "tool_use": dict(regen_interval=8, skills_per_regen=6, hint_max_tokens=2048, corpus_max_words=4000,
+                             kl_coef=0.005)}
+MODELS = {"qwen3-8b": dict(thinking="on", kl_coef=0.005, designer_max_tokens=20000)}
+COLUMNS = {("tool_use", "qwen3-4b"): dict(steps=500, regen_interval=32, num_envs=16, plays_per_env=16, hint_plays=4,
+                                          hint_max_tokens=512, designer_reward="regret_based")}
 RLVE = dict(plays_per_env=16, temperature=1.0)
-# The embedded default: a real loop that finishes in minutes on a 2-core CPU (and tests with `tiny`).
+# The embedded default, for the small models and random-weight shapes: a real loop that finishes in
+# minutes on a 2-core CPU (and tests with `tiny`).
 EMBEDDED = dict(steps=4, num_envs=2, plays_per_env=2, regen_interval=2, hint_plays=2, skills_per_regen=2,
-                designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=48,
-                designer_max_tokens=256, hint_max_tokens=48, micro_token_budget=4096, lr=1e-5, corpus_max_words=300,
-                save_every=2)
+                designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=48, designer_max_tokens=256,
+                hint_max_tokens=48, micro_token_budget=4096, lr=1e-5, corpus_max_words=300, save_every=2)
 EMBEDDED_SKILLS = {"games": "Mathematical Reasoning,Pattern Recognition",
                    "tool_use": "Data Retrieval,State Modification"}
+SMALL_MODELS = ("smollm2-135m", "tiny", "tiny-moe")
+# What a resumed run may change of its saved config.
+RESUMABLE = ("resume", "steps", "save_every", "engine", "wandb")
 
 
 def parse_config(argv):
@@ -180,29 +188,37 @@ def parse_config(argv):
             parser.add_argument(flag, type=field.type, default=None, help=text)
     # Given = on the command line; `is not` keeps an explicit 0 (e.g. --kl-coef 0 for tool use).
     given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None and v is not False}
-    if given.get("resume"):
-        return resumed_config(given)
-    cfg = Config(**given)
-    small = cfg.model.lower() in ("smollm2-135m", "tiny", "tiny-moe")
-    embedded = cfg.preset == "embedded" or (cfg.preset == "auto" and small)
-    preset = {**EMBEDDED, "skills": EMBEDDED_SKILLS.get(cfg.setting, "")} if embedded else {}
-    return Config(**{**(RLVE if cfg.rlve else {}), **preset, **given}).derive()
+    return resumed_config(given) if given.get("resume") else configure(given)
+
+
+def configure(given):
+    """The Config of these given knobs: the tables that apply to their setting and model over the
+    defaults, the given values over the tables; the tables' other values become `cfg.fixed`."""
+    setting, model = given.get("setting", Config.setting), given.get("model", Config.model).lower()
+    small = model in SMALL_MODELS or model.startswith("random-")
+    values = {**SETTINGS.get(setting, {}), **MODELS.get(model, {}), **COLUMNS.get((setting, model), {}),
+              **(RLVE if given.get("rlve") else {}),
+              **({**EMBEDDED, "skills": EMBEDDED_SKILLS.get(setting, "")} if small else {}), **given}
+    knobs = {f.name for f in dataclasses.fields(Config)}
+    return Config(**{k: v for k, v in values.items() if k in knobs}).derive(
+        {k: v for k, v in values.items() if k not in knobs})
 
 
 def resumed_config(given):
     """--resume: the run's saved config, with what RESUMABLE lets a command line change (more --steps extend
     it; --wandb holds for this invocation only). Any other flag that changes the config is refused in one
-    sentence; both sides are derived first, so `--thinking auto` matches a saved "off"."""
+    sentence, as is a saved config of another version's knobs."""
     latest = Path(given["resume"]) / "latest"
     if not latest.is_file():
         raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']} (--resume takes a run's "
                          f"directory, the one that holds `latest`)")
     pointer = json.loads(latest.read_text())
-    try:
-        saved = Config(**{**pointer["config"], "wandb": False}).derive()   # derive: fields newer than the run
-    except TypeError as e:
-        raise SystemExit(f"spade.py: {latest} was written by another version of spade.py ({e})")
-    wanted = Config(**{**dataclasses.asdict(saved), **given}).derive()
+    knobs = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(pointer["config"]) - knobs)
+    if unknown:
+        raise SystemExit(f"spade.py: {latest} was written by another version of spade.py (its knobs {unknown})")
+    saved = configure({**pointer["config"], "wandb": False})
+    wanted = configure({**pointer["config"], "wandb": False, **given})
     changed = [f"--{f.name.replace('_', '-')} (saved: {getattr(saved, f.name)})" for f in dataclasses.fields(Config)
                if f.name not in RESUMABLE and getattr(wanted, f.name) != getattr(saved, f.name)]
     if changed:
@@ -230,56 +246,206 @@ def main(argv=None):
         # 8-bit optimizer states, so every run after the first on a machine dies in optimizer.step
         # ("'Tensor' object has no attribute 'codes'"). Read once, when torch is imported: set it first.
         os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
+    run = set_up(cfg)
+    for step in range(run.state["step"], cfg.steps):
+        if not self_play_step(run, step):
+            return
+    if run.rank == 0:
+        import report
+        report.main([str(run.dir)])
+
+
+def self_play_step(run, step):
+    """One step in the paper's order (METHOD.md 0). False when Ctrl-C stopped the run after it."""
+    import grpo, report
+    cfg, state = run.cfg, run.state
+    times, metrics, start = {}, {"step": step}, time.perf_counter()
+    # 1. This step's plays: at a regen step the designer first writes a new pool (and its hinted plays);
+    #    a baseline takes its fixed pool's next environments, or new RLVE problems (run.plays, the seam).
+    played, play_stats, regen, finished = run.plays(run, step, times, metrics)
+    # 2. FAILED plays (hangs, crashes, load or tool failures) are dropped and a game that hung is never
+    #    played again (METHOD 3.3); the advantages are z-scored per environment; the open epoch records
+    #    this step's rewards of its environments.
+    episodes, hung = drop_failed(played, state["blacklist"])
+    rewards = group_rewards(episodes)
+    agent_samples = trained_agent_samples(episodes, compact_filter=cfg.setting == "tool_use")
+    metrics["agent/samples"] = len(agent_samples)
+    if state["epoch"] is not None:
+        state["epoch"].record(rewards, hung)
+    # 3. Memory records each new environment with its win rate and regret at the regen step.
+    if regen is not None:
+        metrics.update(remember_new_envs(run, regen, rewards, played, step))
+    if step % cfg.regen_interval == 0:                   # what the agent played, for people: the pool's
+        run.log.plays(step, played, rewards)             # every environment, topped-up seeds included
+    # 4. The delayed designer rewards (D = R): the epoch that ended at this regen step, and on the last
+    #    step the open epoch with whatever plays it has (METHOD 6.2 step 5). The role scale counts this
+    #    step's agent episodes, compact-filtered ones too, a thinking episode once (METHOD 6.2 step 4).
+    if step == cfg.steps - 1:
+        finished.append(state["epoch"])
+        state["epoch"] = None
+    designer_batch = [scored for done in finished for scored in score_epoch(
+        done, cfg, state["tracker"], num_agent=num_agent_episodes(episodes))]
+    metrics.update(designer_metrics(designer_batch))
+    # 5. One PPO-clip + TIS update on designer and agent samples together, then push the weights.
+    #    Every rank passes the whole batch: accumulate_gradients trains each rank on its share.
+    batch = ([] if cfg.no_designer_training else [s for s, _ in designer_batch]) + agent_samples
+    with timer(times, "update"):
+        run.gen.sleep()
+        update = grpo.update(run.model, run.optimizer, batch, micro_token_budget=cfg.fixed.micro_token_budget,
+                             temperature=cfg.temperature,
+                             activation_checkpointing=run.device == "cuda",   # activations, not weights, fill a GPU
+                             kl_coef=cfg.kl_coef, ref_model=run.ref_model) if batch else {}
+        grpo.push_weights(run.model, run.gen)
+    # 6. Log one line; save a checkpoint every N steps, at the end, and on Ctrl-C.
+    state["step"] = step + 1
+    metrics.update(report.step_metrics(played, episodes, rewards, update, play_stats, times, start))
+    run.log.step(metrics)
+    stopping = agreed(run.stop, run.world)               # every rank stops after the same step
+    if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping:
+        save_checkpoint(run.dir, cfg, run.model, run.tokenizer, run.optimizer, run.memory, run.corpus, state, run.rank)
+    if stopping:
+        run.log.print(f"interrupted: saved step {state['step']}; continue with --resume {run.dir}")
+    return not stopping
+
+
+# --- where a step's plays come from: the seam between self-play and the two baselines ---------------
+def self_play_plays(run, step, times, metrics):
+    """Self-play: a regen step's new pool from the designer (regen_pool), then K plays of each pool
+    environment. Returns (plays, play stats, the regen step's new pool or None, epochs now finished)."""
+    regen, finished = None, []
+    if step % run.cfg.regen_interval == 0:
+        finished.append(run.state["epoch"])              # the previous epoch: all its plays are known
+        regen = regen_pool(run, step, times, metrics)
+    played, stats = play_pool(run, run.state["pool"], step, times)
+    return played, stats, regen, finished
+
+
+def fixed_pool_plays(run, step, times, metrics):
+    """Baseline: the fixed pool's next environments (METHOD 10), without a designer."""
+    run.state["pool"] = next_from_pool(run.fixed_pool, run.state, run.cfg.num_envs)
+    return (*play_pool(run, run.state["pool"], step, times), None, [])
+
+
+def rlve_plays(run, step, times, metrics):
+    """Baseline: a new RLVE problem per environment, at its adaptive difficulty (rlve.py)."""
+    import rlve
+    cfg, state, stats = run.cfg, run.state, {}
+    names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
+    with timer(times, "play"):
+        played = rlve.play_round(state["rlve"], names, state["rng"], run.gen, run.tokenizer, cfg.plays_per_env,
+                                 params=run.params["agent"], max_context=cfg.max_context, stats=stats,
+                                 max_new_tokens=cfg.max_new_tokens, thinking=cfg.thinking == "on")
+    metrics.update(state["rlve"].metrics())
+    return played, stats, None, []
+
+
+@dataclass
+class Regen:
+    """A regen step's new pool, for memory and the samples dump: its environments, their hints, the
+    hinted plays and the designer's rejected attempts."""
+    envs: list
+    hints: list
+    hinted: list
+    rejected: list
+
+
+def regen_pool(run, step, times, metrics):
+    """The designer writes a new pool (validated in the sandbox), then a hint per environment, then the
+    agent plays each new environment with its hint: R_hint (never trained on). A new epoch opens."""
+    import agent, designer
+    cfg, state = run.cfg, run.state
+    with timer(times, "design"):
+        slots = designer.slots_for_epoch(run.skills, step // cfg.regen_interval, cfg.fixed.skills_per_regen,
+                                         cfg.num_envs)
+        new_envs, samples, stats = designer.design(
+            run.gen, run.tokenizer, slots, corpus=run.corpus, memory=run.memory, setting=cfg.setting,
+            params=run.params["designer"], max_attempts=cfg.fixed.designer_attempts, rng=state["rng"],
+            rollout_id=step, audit_params=run.params["audit"])
+        metrics.update({"designer/valid_rate": stats["num_valid"] / len(slots),
+                        "designer/attempts": stats["num_attempts"]})
+    with timer(times, "hints"):
+        needs_hints = cfg.designer_reward in designer_rewards.NEEDS_HINTS
+        hints = designer.write_hints(run.gen, run.tokenizer, new_envs, cfg.setting, run.params["hint"]) \
+            if needs_hints else []
+        # The same seeds as this step's unhinted plays: both arms of the regret meet the same instances.
+        hinted = agent.play(new_envs, run.gen, run.tokenizer, cfg.fixed.hint_plays, hints or None,
+                            params=run.params["agent"], **play_limits(cfg),
+                            seeds=[agent.play_seeds(e.env_id, cfg.fixed.hint_plays, step) for e in new_envs]) \
+            if hints else []
+        scored_hinted, hung = drop_failed(hinted, state["blacklist"])
+    topup = state["rng"].sample(run.seeds, min(len(run.seeds), max(0, cfg.num_envs - len(new_envs))))
+    if topup:
+        run.log.print(f"designer: {len(new_envs)}/{cfg.num_envs} valid; topping up the pool with "
+                      f"{len(topup)} seed environments from envs/ (not rewarded to the designer)")
+    state["pool"] = new_envs + topup
+    state["epoch"] = designer_rewards.Epoch(step, samples, group_rewards(scored_hinted), timeouts=hung)
+    return Regen(new_envs, hints, hinted, stats["failures"])
+
+
+def play_pool(run, pool, step, times):
+    """K trained plays of each environment not blacklisted, seeded per play and salted by step (the
+    regen step's hinted plays used the same seeds, METHOD 13.3): (plays, play stats)."""
+    import agent
+    pool, stats = [e for e in pool if e.env_id not in run.state["blacklist"]], {}
+    with timer(times, "play"):
+        played = agent.play(pool, run.gen, run.tokenizer, run.cfg.plays_per_env, params=run.params["agent"],
+                            seeds=[agent.play_seeds(e.env_id, run.cfg.plays_per_env, step) for e in pool],
+                            stats=stats, **play_limits(run.cfg))
+    return played, stats
+
+
+# --- set-up: the run's directory, sandbox, corpus or pool, model, engine, optimizer, memory and state -------
+@dataclass
+class Run:
+    """What the loop works with, set up once (`set_up`). `state` is what checkpoints keep."""
+    cfg: Config
+    dir: Path
+    log: object
+    rank: int
+    world: int
+    device: str
+    corpus: object
+    fixed_pool: list | None
+    model: object
+    tokenizer: object
+    gen: object
+    ref_model: object
+    optimizer: object
+    params: dict
+    skills: list
+    seeds: list
+    memory: object
+    state: dict
+    plays: object = None
+    stop: object = None
+
+
+def set_up(cfg):
     import torch
-    import agent, designer, engine, grpo, models, report, rlve, sandbox
+    import designer, report, rlve, sandbox
     from corpus import builtin_corpus, load_corpus
     from envs import load_pool
     rank, world = setup_distributed()
-    run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.out) / cfg.run
+    run_dir = Path(cfg.resume or cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = latest_checkpoint(run_dir) if cfg.resume else None
     log = report.Log(run_dir, cfg, rank)
     random.seed(cfg.seed), torch.manual_seed(cfg.seed)
-
-    # --- the sandbox every environment runs in: started first, so a machine that cannot isolate
-    # model-written code stops here, in one sentence (RLVE's environments are a package's, not a model's)
-    if not cfg.rlve:
-        try:
-            log.print("sandbox: " + ", ".join(k for k, v in sandbox.isolation().items() if not v.startswith("missing")))
-        except RuntimeError as e:
-            raise SystemExit(f"spade.py: {e}")
-
-    # --- what the environments grow from: the grounding corpus, or the baseline's fixed pool ---------
-    # (read before the model loads: a bad file is then an error in seconds, not after minutes)
-    words = cfg.corpus_max_words
+    # The sandbox every environment runs in: started first, so a machine that cannot isolate model-written
+    # code stops here, in one sentence (RLVE's environments are a package's, not a model's).
+    # What the environments grow from, the corpus or a baseline's fixed pool, is read before the model
+    # loads: a bad file is then an error in seconds, not after minutes.
     try:
+        if not cfg.rlve:
+            log.print("sandbox: " + ", ".join(k for k, v in sandbox.isolation().items() if not v.startswith("missing")))
         fixed_pool = load_pool(cfg.pool) if cfg.pool else None
+        words = cfg.fixed.corpus_max_words
         corpus = None if cfg.no_corpus or cfg.pool or cfg.rlve else (
             load_corpus(cfg.corpus, words, seed=42) if cfg.corpus else builtin_corpus(words, seed=42))
-    except (OSError, ValueError) as e:   # a missing or empty corpus; a pool with no valid or intact files
+    except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
         raise SystemExit(f"spade.py: {e}")
-
-    # --- the model, its two views (trainer + engine), the KL reference, the optimizer ---------------
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    load = models.load_sharded if world > 1 else models.load_model   # several ranks: FSDP2 shards
-    try:
-        model, tokenizer = load(str(checkpoint / "model") if checkpoint else cfg.model)
-        ref_model = kl_reference(cfg, model, resumed=checkpoint is not None, sharded=world > 1)
-    except (OSError, ValueError, models.ModelLoadError) as e:   # an unknown model: one sentence, no trace
-        raise SystemExit(f"spade.py: {e}")
-    vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
-    kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
-    gen = engine.make_engine(model, tokenizer, kind)
-    gen = RankAgreement(gen) if world > 1 else gen           # ranks must ask for the same prompts (launch.py)
-    optimizer = grpo.make_optimizer(model, lr=cfg.lr)
-    agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
-    designer_params = dataclasses.replace(agent_params, max_new_tokens=cfg.designer_max_tokens)
-    hint_params = engine.SamplingParams(cfg.hint_temperature, top_p=0.9, top_k=0, max_new_tokens=cfg.hint_max_tokens)
-    # Tool use: the policy's solvability audit of each environment that passed the gate (METHOD 3.1 step 4).
-    audit_params = engine.SamplingParams(0.3, top_p=0.9, top_k=0, max_new_tokens=min(16384, cfg.designer_max_tokens)) \
-        if cfg.setting == "tool_use" else None
-
-    # --- environment memory, seed environments, the run's state ------------------------------------
+    model, tokenizer, gen, ref_model, optimizer, params = load_trainer(cfg, checkpoint, device, world)
     skills = cfg.skill_list()
     seeds = [e for e in load_pool(ROOT / "envs", validate=False) if e.skill in skills]
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
@@ -293,106 +459,34 @@ def main(argv=None):
     elif memory is not None and not memory.records:
         memory.seed_from(seeds)
     log.config()
-    stop = install_sigint_handler()
+    plays = rlve_plays if cfg.rlve else fixed_pool_plays if fixed_pool is not None else self_play_plays
+    return Run(cfg, run_dir, log, rank, world, device, corpus, fixed_pool, model, tokenizer, gen, ref_model,
+               optimizer, params, skills, seeds, memory, state, plays, install_sigint_handler())
 
-    for step in range(state["step"], cfg.steps):
-        times, metrics, start = {}, {"step": step}, time.perf_counter()
-        regen = fixed_pool is None and not cfg.rlve and step % cfg.regen_interval == 0
-        finished = []                                        # epochs whose designer samples are scored now
-        if fixed_pool is not None:                           # baseline: a fixed pool, no designer
-            state["pool"] = next_from_pool(fixed_pool, state, cfg.num_envs)
-        elif regen:
-            # 1. The designer writes a new pool (validated in the sandbox), then a hint per environment,
-            #    then the agent plays each new environment with its hint: R_hint (never trained on).
-            with timer(times, "design"):
-                epoch = step // cfg.regen_interval
-                slots = designer.slots_for_epoch(skills, epoch, cfg.skills_per_regen, cfg.num_envs)
-                new_envs, samples, stats = designer.design(
-                    gen, tokenizer, slots, corpus=corpus, memory=memory, setting=cfg.setting,
-                    params=designer_params, max_attempts=cfg.designer_attempts, rng=state["rng"], rollout_id=step,
-                    audit_params=audit_params)
-                metrics.update({"designer/valid_rate": stats["num_valid"] / len(slots),
-                                "designer/attempts": stats["num_attempts"]})
-            with timer(times, "hints"):
-                hints = designer.write_hints(gen, tokenizer, new_envs, cfg.setting, hint_params) \
-                    if cfg.designer_reward in designer_rewards.NEEDS_HINTS else []
-                hinted = agent.play(new_envs, gen, tokenizer, cfg.hint_plays, hints or None, params=agent_params,
-                                    seeds=[agent.play_seeds(e.env_id, cfg.hint_plays, step) for e in new_envs],
-                                    **play_limits(cfg)) if hints else []
-                scored_hinted, hung = drop_failed(hinted, state["blacklist"])
-            topup = state["rng"].sample(seeds, min(len(seeds), max(0, cfg.num_envs - len(new_envs))))
-            if topup:
-                log.print(f"designer: {len(new_envs)}/{cfg.num_envs} valid; topping up the pool with "
-                          f"{len(topup)} seed environments from envs/ (not rewarded to the designer)")
-            finished.append(state["epoch"])                  # the previous epoch: all its plays are known
-            state["pool"] = new_envs + topup
-            state["epoch"] = dict(t0=step, envs=new_envs, samples=samples, hints=hints,
-                                  hinted=group_rewards(scored_hinted), window={e.env_id: [] for e in new_envs},
-                                  timeouts=hung, hinted_episodes=hinted, rejected=stats["failures"])
-        # 2. The agent plays every pool environment K times (trained); advantages z-scored per environment.
-        #    Seeds are per play and salted by step; at a regen step the hinted plays above used the same
-        #    seeds, so both arms of the regret meet the same instances (METHOD 13.3).
-        #    FAILED plays (hangs, crashes, load or tool failures) are dropped, and a game that hung is
-        #    never played again (METHOD 3.3).
-        pool = [e for e in state["pool"] if e.env_id not in state["blacklist"]]
-        with timer(times, "play"):
-            play_stats = {}
-            if cfg.rlve:                                     # baseline: a new RLVE problem per environment
-                names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
-                played = rlve.play_round(state["rlve"], names, state["rng"], gen, tokenizer, cfg.plays_per_env,
-                                         params=agent_params, max_context=cfg.max_context, stats=play_stats,
-                                         max_new_tokens=cfg.max_new_tokens, thinking=cfg.thinking == "on")
-                metrics.update(state["rlve"].metrics())
-            else:
-                played = agent.play(pool, gen, tokenizer, cfg.plays_per_env, params=agent_params,
-                                    seeds=[agent.play_seeds(e.env_id, cfg.plays_per_env, step) for e in pool],
-                                    stats=play_stats, **play_limits(cfg))
-        episodes, hung = drop_failed(played, state["blacklist"])
-        rewards = group_rewards(episodes)
-        agent_samples = trained_agent_samples(episodes, compact_filter=cfg.setting == "tool_use")
-        metrics["agent/samples"] = len(agent_samples)
-        epoch = state["epoch"]
-        if epoch is not None:                                # accumulate the epoch's unhinted rewards per env
-            for env_id, window in epoch["window"].items():
-                window.append(rewards.get(env_id, []))
-            epoch["timeouts"] |= hung
-        # 3. Memory records each new environment with its win rate and regret at the regen step.
-        if regen:
-            metrics.update(remember_new_envs(epoch, rewards, played, memory, log, step))
-        if step % cfg.regen_interval == 0:                   # what the agent played, for people: the pool's
-            log.plays(step, played, rewards)                 # every environment, topped-up seeds included
-        # 4. The delayed designer rewards (D = R): the epoch that ended at this regen step, and on the
-        #    last step the open epoch with whatever plays it has, even one begun now (METHOD 6.2 step 5).
-        #    The role scale counts this step's agent samples, compact-filtered ones too (METHOD 6.2 step 4);
-        #    a thinking episode counts once, as in the loss.
-        if step == cfg.steps - 1:
-            finished.append(state["epoch"])
-            state["epoch"] = None
-        designer_batch = [scored for done in finished for scored in score_epoch(
-            done, cfg, state["tracker"], num_agent=num_agent_episodes(episodes))]
-        metrics.update(designer_metrics(designer_batch))
-        # 5. One PPO-clip + TIS update on designer and agent samples together, then push the weights.
-        #    Every rank passes the whole batch: accumulate_gradients trains each rank on its share.
-        batch = ([] if cfg.no_designer_training else [s for s, _ in designer_batch]) + agent_samples
-        with timer(times, "update"):
-            gen.sleep()
-            update = grpo.update(model, optimizer, batch, micro_token_budget=cfg.micro_token_budget,
-                                 temperature=cfg.temperature,
-                                 activation_checkpointing=device == "cuda",   # activations, not weights, fill a GPU
-                                 kl_coef=cfg.kl_coef, ref_model=ref_model) if batch else {}
-            grpo.push_weights(model, gen)
-        # 6. Log one line; save a checkpoint every N steps, at the end, and on Ctrl-C.
-        state["step"] = step + 1
-        metrics.update(report.step_metrics(played, episodes, rewards, update, play_stats, times, start))
-        log.step(metrics)
-        stopping = agreed(stop, world)                   # every rank stops after the same step
-        if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping:
-            save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, corpus, state, rank)
-        if stopping:
-            log.print(f"interrupted: saved step {state['step']}; continue with --resume {run_dir}")
-            return
-    if rank == 0:
-        report.main([str(run_dir)])
+
+def load_trainer(cfg, checkpoint, device, world):
+    """The model, its two views (trainer + engine), the KL reference, the optimizer, the sampling params."""
+    import engine, grpo, models
+    load = models.load_sharded if world > 1 else models.load_model   # several ranks: FSDP2 shards
+    try:
+        model, tokenizer = load(str(checkpoint / "model") if checkpoint else cfg.model)
+        ref_model = kl_reference(cfg, model, resumed=checkpoint is not None, sharded=world > 1)
+    except (OSError, ValueError, models.ModelLoadError) as e:   # an unknown model: one sentence, no trace
+        raise SystemExit(f"spade.py: {e}")
+    vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
+    kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
+    gen = engine.make_engine(model, tokenizer, kind)
+    gen = RankAgreement(gen) if world > 1 else gen           # ranks must ask for the same prompts (launch.py)
+    agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
+    params = dict(agent=agent_params,
+                  designer=dataclasses.replace(agent_params, max_new_tokens=cfg.fixed.designer_max_tokens),
+                  hint=engine.SamplingParams(cfg.fixed.hint_temperature, top_p=0.9, top_k=0,
+                                             max_new_tokens=cfg.fixed.hint_max_tokens),
+                  # Tool use: the policy's solvability audit of each environment that passed the gate (3.1 step 4).
+                  audit=engine.SamplingParams(0.3, top_p=0.9, top_k=0,
+                                              max_new_tokens=min(16384, cfg.fixed.designer_max_tokens))
+                  if cfg.setting == "tool_use" else None)
+    return model, tokenizer, gen, ref_model, grpo.make_optimizer(model, lr=cfg.lr), params
 
 
 # --- the phases' small helpers -------------------------------------------------------------------
@@ -402,21 +496,19 @@ def play_limits(cfg):
                 thinking=cfg.thinking == "on")
 
 
-def remember_new_envs(epoch, rewards, episodes, memory, log, step):
+def remember_new_envs(run, regen, rewards, episodes, step):
     """Memory records each new environment with its win rate and raw regret at the regen step
     (METHOD 8); the step's samples are dumped for people. Returns the dump's metrics."""
-    scores = {}
-    for env in epoch["envs"]:
+    scores, hinted = {}, run.state["epoch"].hinted
+    for env in regen.envs:
         step0 = rewards.get(env.env_id, [])
-        raw = designer_rewards.EnvOutcome(env.skill, [step0], epoch["hinted"].get(env.env_id, [])).regret
+        raw = designer_rewards.EnvOutcome(env.skill, [step0], hinted.get(env.env_id, [])).regret
         scores[env.env_id] = dict(win_rate=regret.win_rate(step0), regret=raw)
-        if memory is not None:
-            memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], raw, step)
-    if memory is not None:
-        memory.save()
-    metrics = log.samples(step, epoch, episodes, scores)
-    del epoch["hinted_episodes"], epoch["rejected"]   # on disk now; keep checkpoints small
-    return metrics
+        if run.memory is not None:
+            run.memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], raw, step)
+    if run.memory is not None:
+        run.memory.save()
+    return run.log.samples(step, regen, episodes, scores)
 
 
 def next_from_pool(pool, state, n):

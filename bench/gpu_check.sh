@@ -66,9 +66,8 @@ step generate_bench 80 "$PY" bench/generate_bench.py
 step update_bench 210 "$PY" bench/update_bench.py --iters 1
 step cuda_tests 80 "${PYTEST[@]}" tests/test_engine.py tests/test_grpo.py -k "cuda or fused_loss_equals"
 rm -rf "$RUN_DIR"
-step spade_3_steps 70 "$PY" spade.py --model random-qwen3-1.7b --preset embedded --steps 3 --engine hf \
-  --num-envs 4 --plays-per-env 4 --max-new-tokens 64 --designer-max-tokens 128 --micro-token-budget 16384 \
-  --save-every 3 --out "$RUN_DIR" --run gpu_check
+step spade_3_steps 70 "$PY" spade.py --model random-qwen3-1.7b --steps 3 --engine hf \
+  --num-envs 4 --plays-per-env 4 --max-new-tokens 64 --save-every 3 --out "$RUN_DIR/gpu_check"
 [ -f "$RUN_DIR/gpu_check/metrics.jsonl" ] && cp "$RUN_DIR/gpu_check/metrics.jsonl" "$OUT_DIR/"
 
 echo "=== summary (exit codes; 124 = timed out)"

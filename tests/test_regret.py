@@ -327,3 +327,16 @@ def test_score_designer_batch_learning_potential_and_unknown_name():
     assert adv == approx([0.0, 0.0])   # same skill, equal x -> no designer gradient
     with pytest.raises(ValueError):
         score_designer_batch("nope", [HARD], num_agent=192, regen_interval=4)
+
+
+def test_an_epoch_records_its_window_and_scores_to_outcomes():
+    from types import SimpleNamespace
+    from designer_rewards import Epoch
+    samples = [SimpleNamespace(env_id="a", skill="Optimization"), SimpleNamespace(env_id="b", skill="Logical Deduction")]
+    epoch = Epoch(t0=4, samples=samples, hinted={"a": [1.0, 1.0]})
+    epoch.record({"a": [0.0, 1.0], "other": [1.0]}, hung=set())
+    epoch.record({"a": [0.0, 0.0]}, hung={"b", "other"})
+    a, b = epoch.outcomes()
+    assert (a.window_rewards, a.hinted_rewards, a.step_timeout) == ([[0.0, 1.0], [0.0, 0.0]], [1.0, 1.0], False)
+    assert (b.window_rewards, b.hinted_rewards, b.step_timeout) == ([[], []], [], True)
+    assert epoch.timeouts == {"b"} and a.regret == 0.5     # R_hint 1 - R_0 0.5

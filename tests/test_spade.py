@@ -14,8 +14,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--model", "tiny", "--steps", "2", "--regen-interval", "2", "--num-envs", "2", "--plays-per-env", "2",
-        "--hint-plays", "2", "--designer-attempts", "1", "--designer-max-tokens", "32", "--max-new-tokens", "16",
-        "--hint-max-tokens", "16", "--max-turns", "2", "--corpus-max-words", "40", "--lr", "1e-3"]
+        "--max-new-tokens", "16", "--max-turns", "2", "--lr", "1e-3"]
 
 
 def spade(*args, timeout=300, **kwargs):
@@ -43,7 +42,7 @@ def assert_trained(run_dir, steps):
 
 
 def test_self_play_two_steps(tmp_path):
-    result = spade(*FAST, "--out", str(tmp_path), "--run", "selfplay")
+    result = spade(*FAST, "--out", str(tmp_path / "selfplay"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = tmp_path / "selfplay"
     metrics = assert_trained(run_dir, 2)
@@ -59,7 +58,7 @@ def test_self_play_two_steps(tmp_path):
 def test_thinking_mode_self_play(tmp_path):
     # --thinking on with the tiny model (its template has no thinking switch; the per-turn prompts and
     # samples run all the same): the loop trains on per-turn samples.
-    result = spade(*FAST, "--thinking", "on", "--pool", str(ROOT / "envs"), "--out", str(tmp_path), "--run", "think")
+    result = spade(*FAST, "--thinking", "on", "--pool", str(ROOT / "envs"), "--out", str(tmp_path / "think"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = assert_trained(tmp_path / "think", 2)
     assert json.loads((tmp_path / "think" / "config.json").read_text())["thinking"] == "on"
@@ -70,7 +69,7 @@ def test_tool_use_self_play(tmp_path):
     # The tool-use setting end to end: its skills, prompts, the solvability audit's wiring (the tiny
     # model's code rarely reaches it), tool-call plays of the topped-up pool, the compact filter.
     result = spade(*FAST, "--setting", "tool_use", "--skills", "Data Retrieval,Error Recovery",
-                   "--out", str(tmp_path), "--run", "tools")
+                   "--out", str(tmp_path / "tools"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # The random model's replies rarely end within 16 tokens, and the compact filter leaves truncated
     # plays out of training: the weights may well not move, so only the run itself is checked.
@@ -83,7 +82,7 @@ def test_tool_use_self_play(tmp_path):
 def test_fixed_rlve_baseline(tmp_path):
     # METHOD 10: RLVE's verifiable environments with their adaptive difficulty, no designer; the
     # curriculum is saved with the checkpoint.
-    result = spade(*FAST, "--rlve", "--num-envs", "3", "--out", str(tmp_path), "--run", "rlve")
+    result = spade(*FAST, "--rlve", "--num-envs", "3", "--out", str(tmp_path / "rlve"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = assert_trained(tmp_path / "rlve", 2)
     assert "designer/valid_rate" not in metrics[0] and metrics[-1]["rlve/max_top_level"] == 0
@@ -100,7 +99,7 @@ def test_fixed_rlve_baseline(tmp_path):
 
 
 def test_fixed_pool_baseline(tmp_path):
-    result = spade(*FAST, "--pool", str(ROOT / "envs"), "--out", str(tmp_path), "--run", "pool")
+    result = spade(*FAST, "--pool", str(ROOT / "envs"), "--out", str(tmp_path / "pool"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = assert_trained(tmp_path / "pool", 2)
     assert "designer/valid_rate" not in metrics[0]
@@ -116,7 +115,7 @@ def test_the_whole_loop_learns_a_learnable_game(tmp_path):
     game = ROOT / "tests" / "fixtures" / "learnable" / "number_after_anything.py"
     result = spade("--model", "tiny", "--pool", str(game), "--steps", "20", "--plays-per-env", "32",
                    "--max-new-tokens", "8", "--max-turns", "2", "--temperature", "1.0", "--top-p", "1.0",
-                   "--top-k", "0", "--lr", "3e-3", "--save-every", "1000", "--out", str(tmp_path), "--run", "learn")
+                   "--top-k", "0", "--lr", "3e-3", "--save-every", "1000", "--out", str(tmp_path / "learn"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rewards = [json.loads(line)["agent/reward"] for line in (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()]
     assert len(rewards) == 20 and rewards[0] <= 0.3 and sum(rewards[-3:]) / 3 >= 0.7, rewards
@@ -126,7 +125,7 @@ def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
     # One regen step (step 0) then plain steps, a checkpoint after every step; killed mid-step.
     # With a KL term, whose reference must stay the initial model after the resume.
     args = [*FAST, "--steps", "4", "--regen-interval", "4", "--save-every", "1", "--kl-coef", "0.005",
-            "--out", str(tmp_path), "--run", "r"]
+            "--out", str(tmp_path / "r")]
     run_dir = tmp_path / "r"
     process = subprocess.Popen([sys.executable, str(ROOT / "spade.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
@@ -153,7 +152,7 @@ def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
 
 
 def test_ctrl_c_saves_a_checkpoint(tmp_path):
-    args = [*FAST, "--pool", str(ROOT / "envs"), "--steps", "50", "--save-every", "100", "--out", str(tmp_path), "--run", "c"]
+    args = [*FAST, "--pool", str(ROOT / "envs"), "--steps", "50", "--save-every", "100", "--out", str(tmp_path / "c")]
     process = subprocess.Popen([sys.executable, str(ROOT / "spade.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     metrics = tmp_path / "c" / "metrics.jsonl"
@@ -172,13 +171,13 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--pool", "/nonexistent/pool"], "pool not found"),
     (["--corpus", "/nonexistent/docs.jsonl"], "corpus file not found"),
     (["--plays-per-env", "1"], "at least 2"),
-    (["--skills-per-regen", "3"], "more than the 2 skills in play: ['Mathematical Reasoning', 'Pattern Recognition']"),
+    (["--regen-interval", "0"], "--num-envs, --steps and --regen-interval must be positive"),
     (["--setting", "tool-use"], "--setting must be games or tool_use, not 'tool-use'"),   # not a skills error
     (["--plateau-band", "0.6,0.4,0.25"], "--plateau-band must be lo,hi,ramp"),
     (["--designer-reward", "vibes"], "unknown --designer-reward 'vibes'; one of ['blend', "),
     (["--skills", "Juggling"], "unknown games skill"),
     (["--resume", "/nonexistent/run"], "no checkpoint to resume in /nonexistent/run (--resume takes a run's"),
-    (["--thinking", "maybe"], "--thinking must be on, off or auto"),
+    (["--thinking", "maybe"], "--thinking must be on or off"),
     (["--rlve", "--pool", str(ROOT / "envs")], "--rlve and --pool are two baselines"),
     (["--pool", str(ROOT / "README.md")], "no valid environment in"),         # no record holds code
 ])
@@ -191,8 +190,8 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
 
 
 def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
-    from spade import Config, parse_config
-    saved = dataclasses.asdict(Config(model="tiny", steps=2, lr=1e-5).derive())
+    from spade import configure, parse_config
+    saved = dataclasses.asdict(configure(dict(model="tiny", steps=2, lr=1e-5)))
     (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2, "config": saved}))
     with pytest.raises(SystemExit, match=r"--lr \(saved: 1e-05\) cannot change"):   # refused, not ignored
         parse_config(["--resume", str(tmp_path), "--steps", "4", "--lr", "1e-3"])
@@ -201,12 +200,11 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     cfg = parse_config(["--resume", str(tmp_path), "--steps", "4", "--save-every", "1", "--model", "tiny"])
     assert (cfg.steps, cfg.save_every, cfg.resume) == (4, 1, str(tmp_path))
     assert {**dataclasses.asdict(cfg), "steps": 2, "save_every": saved["save_every"], "resume": ""} == saved
-    # The original command line again: its "derive me" values (auto, -1, 0) match what they derived to.
-    again = ["--model", "tiny", "--steps", "4", "--lr", "1e-5", "--thinking", "auto", "--kl-coef", "-1",
-             "--regen-interval", "0"]
+    assert cfg.fixed.designer_max_tokens == 256                      # the tables apply to a resumed run too
+    again = ["--model", "tiny", "--steps", "4", "--lr", "1e-5"]        # the original command line again
     assert parse_config(["--resume", str(tmp_path), *again]).steps == 4
     # --wandb is this invocation's (a run logged to W&B resumes where wandb is missing); a config written
-    # by another version: fields it lacks take their defaults, one it has that we do not is one sentence.
+    # by another version: knobs it lacks take their defaults, one it has that we do not is one sentence.
     older = {k: v for k, v in saved.items() if k != "top_k"}
     (tmp_path / "latest").write_text(json.dumps({"step": 2, "config": {**older, "wandb": True}}))
     assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).wandb is False
@@ -218,7 +216,7 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test-vllm)")
 def test_self_play_with_the_vllm_engine(tmp_path):
     # The trainer and a separate vLLM engine: every step's new weights must be pushed into vLLM.
-    result = spade(*FAST, "--engine", "vllm", "--out", str(tmp_path), "--run", "vllm")
+    result = spade(*FAST, "--engine", "vllm", "--out", str(tmp_path / "vllm"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert_trained(tmp_path / "vllm", 2)
 
@@ -232,26 +230,37 @@ def test_a_flag_whose_package_is_missing_fails_with_one_sentence(flag, package):
         parse_config(["--model", "tiny", flag])
 
 
+def test_thirty_knobs_each_with_a_real_default():
+    import spade
+    knobs = dataclasses.fields(spade.Config)
+    assert len(knobs) <= 30
+    assert all(f.default not in (-1, "auto") or f.name == "engine" for f in knobs)   # no sentinel to resolve
+    assert not {f.name for f in knobs} & {f.name for f in dataclasses.fields(spade.Fixed)}
+
+
 def test_the_embedded_preset_fits_either_setting():
     # The small models get the embedded preset, two skills of the setting among its values.
     from spade import parse_config
     games, tools = parse_config(["--model", "tiny"]), parse_config(["--model", "TINY-moe", "--setting", "tool_use"])
     assert (games.steps, games.skills) == (4, "Mathematical Reasoning,Pattern Recognition")
-    assert (tools.steps, tools.skills, tools.skills_per_regen) == (4, "Data Retrieval,State Modification", 2)
+    assert (tools.steps, tools.skills, tools.fixed.skills_per_regen) == (4, "Data Retrieval,State Modification", 2)
+    assert parse_config(["--model", "random-qwen3-1.7b:2"]).fixed.designer_max_tokens == 256
 
 
 def test_paper_columns_parse_and_derive():
     # METHOD 7.3's columns from --setting and --model; what the command line gives always wins.
     from spade import parse_config
-    tool_4b = parse_config(["--setting", "tool_use", "--model", "Qwen3-4B", "--num-envs", "16"])
-    assert (tool_4b.skills_per_regen, tool_4b.hint_max_tokens, tool_4b.kl_coef, tool_4b.designer_max_tokens) == (
-        6, 512, 0.005, 16384)
+    tool_4b = parse_config(["--setting", "tool_use", "--model", "Qwen3-4B"])
+    assert (tool_4b.steps, tool_4b.regen_interval, tool_4b.num_envs, tool_4b.plays_per_env, tool_4b.designer_reward,
+            tool_4b.kl_coef) == (500, 32, 16, 16, "regret_based", 0.005)
+    assert (tool_4b.fixed.skills_per_regen, tool_4b.fixed.hint_plays, tool_4b.fixed.hint_max_tokens,
+            tool_4b.fixed.designer_max_tokens) == (6, 4, 512, 16384)
     tool_30b = parse_config(["--setting", "tool_use", "--model", "Qwen3-30B-A3B"])
-    assert (tool_30b.hint_max_tokens, tool_30b.kl_coef, tool_30b.regen_interval) == (2048, 0.005, 8)
+    assert (tool_30b.fixed.hint_max_tokens, tool_30b.kl_coef, tool_30b.regen_interval) == (2048, 0.005, 8)
     games_8b = parse_config(["--model", "Qwen3-8B"])
-    assert (games_8b.designer_max_tokens, games_8b.kl_coef, games_8b.hint_max_tokens) == (20000, 0.005, 4096)
+    assert (games_8b.fixed.designer_max_tokens, games_8b.kl_coef, games_8b.fixed.hint_max_tokens) == (20000, 0.005, 4096)
     two_skill = parse_config(["--model", "Qwen3-30B-A3B", "--skills", "Mathematical Reasoning,Pattern Recognition"])
-    assert (two_skill.skills_per_regen, two_skill.kl_coef) == (2, 0.0)
+    assert (two_skill.fixed.skills_per_regen, two_skill.kl_coef) == (2, 0.0)
     assert two_skill.plateau() == dict(lo=0.4, hi=0.6, ramp=0.25)
     # METHOD 7.3: the 8B agent thinks (games and tool use); the instruct models do not.
     assert (games_8b.thinking, tool_30b.thinking, two_skill.thinking) == ("on", "off", "off")
@@ -261,9 +270,9 @@ def test_paper_columns_parse_and_derive():
     assert (rlve_30b.plays_per_env, rlve_30b.temperature, rlve_30b.num_envs, rlve_30b.kl_coef) == (16, 1.0, 24, 0.0)
     assert parse_config(["--rlve", "--model", "Qwen3-30B-A3B", "--plays-per-env", "8"]).plays_per_env == 8
     assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 2            # the embedded preset's
-    given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--hint-max-tokens", "900",
-                          "--designer-max-tokens", "300", "--plateau-band", "0.2,0.4,0.2"])
-    assert (given.kl_coef, given.hint_max_tokens, given.designer_max_tokens) == (0.0, 900, 300)
+    given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--regen-interval", "5",
+                          "--plateau-band", "0.2,0.4,0.2"])
+    assert (given.kl_coef, given.regen_interval, given.fixed.designer_max_tokens) == (0.0, 5, 20000)
     assert given.plateau() == dict(lo=0.2, hi=0.4, ramp=0.2)
 
 
@@ -350,7 +359,7 @@ def test_two_ranks_train_the_whole_batch_with_a_kl_reference(tmp_path):
     # to the untrained policy is 0.
     # One step, a regen step and the last: the epoch it opens is flushed then (METHOD 6.2 step 5), so the
     # saved state has no open epoch.
-    launcher = launch([*FAST, "--steps", "1", "--kl-coef", "0.005", "--out", str(tmp_path), "--run", "ranks"])
+    launcher = launch([*FAST, "--steps", "1", "--kl-coef", "0.005", "--out", str(tmp_path / "ranks")])
     output = launcher.communicate(timeout=300)[0]
     assert launcher.returncode == 0, output[-5000:]
     run_dir = tmp_path / "ranks"
@@ -372,7 +381,7 @@ def test_a_ctrl_c_that_reaches_one_rank_stops_every_rank_after_the_same_step(tmp
     # Ranks get a terminal's Ctrl-C at slightly different moments; here only rank 1 gets it at all. If each
     # rank decided alone, rank 1 would save and leave while rank 0 waited for it in the next step's
     # collectives (the launcher would then kill it: a non-zero exit). They decide together (launch.agreed).
-    args = [*FAST, "--pool", str(ROOT / "envs"), "--steps", "50", "--save-every", "100", "--out", str(tmp_path), "--run", "c"]
+    args = [*FAST, "--pool", str(ROOT / "envs"), "--steps", "50", "--save-every", "100", "--out", str(tmp_path / "c")]
     launcher = launch(args)
     metrics, deadline = tmp_path / "c" / "metrics.jsonl", time.time() + 240
     while time.time() < deadline and not metrics.exists():
