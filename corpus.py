@@ -47,9 +47,10 @@ class Corpus:
         assert self.docs and len(self.docs) == len(self.doc_ids), "a corpus needs documents and ids"
         self.rng = random.Random(self.seed)
 
-    def sample(self) -> tuple[str, str]:
-        """(doc_id, text) drawn uniformly; independent draws, i.e. with replacement across calls."""
-        i = self.rng.randrange(len(self.docs))
+    def sample(self, rng: random.Random | None = None) -> tuple[str, str]:
+        """(doc_id, text) drawn uniformly with `rng` (the designer's, one per attempt), else with the
+        corpus's own; independent draws, i.e. with replacement across calls."""
+        i = (rng or self.rng).randrange(len(self.docs))
         return self.doc_ids[i], self.docs[i]
 
 

@@ -8,7 +8,7 @@ corpus document and a few past environments from memory) and writes a whole envi
     if not memory.records: memory.seed_from(load_pool("envs"))
     slots = slots_for_epoch(list(GAME_SKILLS), epoch=0, k=3, num_envs=24)
     envs, samples, stats = design(engine, tokenizer, slots, corpus=corpus, memory=memory,
-                                  setting="games", params=params, rng=rng, rollout_id=0)
+                                  setting="games", params=params, seed=0, rollout_id=0)
     hints = write_hints(engine, tokenizer, envs, "games", hint_params)   # T 0.3, top_p 0.9
 
 Sources in METHOD.md: memory 8 and 2.2; prompts 1.2, 1.3, 2 (texts and per-skill ideas in
@@ -17,8 +17,9 @@ document and memory sample, failures never trained 3.1 and 3.4; the sample = pro
 response tokens (mask 1, their log-probs) 2.3; hints (mode "self") 5.
 
 Where we differ from the official code (METHOD.md 13.3 and around it; all of them: METHOD.md 14):
-- No global `random`: ideas, tool-use domain/variant and memory samples use the caller's `rng`
-  (corpus.py keeps its own).
+- No global `random`: each attempt draws its document, ideas, tool-use domain/variant and memory
+  sample from a generator of its own, seeded from (seed, rollout, slot, attempt), so that an attempt
+  is the same whichever rank of a run makes it.
 - The no-corpus prompt asks for a private `random.Random(seed)`, not `random.seed(seed)` (13.3).
 - Designer and hint prompts use `enable_thinking=False` in every setting, which is what the paper's
   corpus runs effectively did (2.1); templates without the switch ignore it.
@@ -238,9 +239,11 @@ class _Attempt:
     validation: object = None     # gate.Validation
 
 
-def _prepare(slot, skill, attempt, setting, corpus, memory, rng, difficulty, tokenizer) -> _Attempt:
-    """A fresh prompt for one attempt: a new corpus document and a new memory sample."""
-    doc_id, document = corpus.sample() if corpus is not None else (None, None)
+def _prepare(slot, skill, attempt, setting, corpus, memory, seed, rollout_id, difficulty, tokenizer) -> _Attempt:
+    """A fresh prompt for one attempt: a new corpus document and a new memory sample. Its randomness
+    is its own, from (seed, rollout, slot, attempt), so an attempt is the same whichever rank makes it."""
+    rng = random.Random(f"{seed}:{rollout_id}:{slot}:{attempt}")
+    doc_id, document = corpus.sample(rng) if corpus is not None else (None, None)
     block = memory.render(skill, rng) if memory is not None else ""
     build = game_messages if setting == "games" else tool_messages
     text, tokens = encode_chat(tokenizer, build(skill, document, block, rng, difficulty))
@@ -248,12 +251,13 @@ def _prepare(slot, skill, attempt, setting, corpus, memory, rng, difficulty, tok
 
 
 def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str, params,
-           max_attempts: int = 5, rng: random.Random, rollout_id: int, difficulty: str = "medium",
-           num_validation_workers: int = 4, audit_params=None):
+           max_attempts: int = 5, seed: int, rollout_id: int, difficulty: str = "medium",
+           num_validation_workers: int = 4, audit_params=None, only=None):
     """Write one environment per slot (a skill), each with up to `max_attempts` validated tries.
 
     Every round batches the attempts of all still-empty slots into one engine.generate call. Returns
-    (environments, designer samples, stats); a slot whose attempts all fail is simply missing.
+    (environments, designer samples, stats); a slot whose attempts all fail is simply missing. `only`:
+    the slot indices to write (a rank's share; launch.share), the others are another rank's.
     audit_params: sampling parameters of the solvability audit of what passes the gate (tool use,
     METHOD 3.1 step 4); None = no audit.
     """
@@ -261,12 +265,12 @@ def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str,
     skills = GAME_SKILLS if setting == "games" else TOOL_SKILLS
     assert all(s in skills for s in slots), f"unknown {setting} skills: {set(slots) - set(skills)}"
     accepted: dict[int, _Attempt] = {}
-    failures, num_attempts = [], 0
+    failures, num_attempts, mine = [], 0, range(len(slots)) if only is None else only
     for attempt in range(1, max_attempts + 1):
-        pending = [i for i in range(len(slots)) if i not in accepted]
+        pending = [i for i in mine if i not in accepted]
         if not pending:
             break
-        batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, rng, difficulty, tokenizer)
+        batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, seed, rollout_id, difficulty, tokenizer)
                  for i in pending]
         completions = engine.generate([a.prompt_tokens for a in batch], params)
         assert len(completions) == len(batch), "the engine must answer every prompt"
@@ -298,8 +302,9 @@ def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str,
         samples.append(_designer_sample(a, env_id))
     stats = {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": num_attempts,
              "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
-    print(f"designer: {len(envs)}/{len(slots)} environments valid after {num_attempts} attempts; "
-          f"rejections by stage: {stats['num_failed_by_stage'] or 'none'}")
+    if only is None:   # a share's count is its rank's: spade.py prints the step's
+        print(f"designer: {len(envs)}/{len(slots)} environments valid after {num_attempts} attempts; "
+              f"rejections by stage: {stats['num_failed_by_stage'] or 'none'}")
     return envs, samples, stats
 
 

@@ -134,12 +134,33 @@ class HFEngine:
         assert on_cuda or not self.cuda_graphs, "CUDA graphs need the model on CUDA"
         self.stop_check = stop_check or (8 if on_cuda else 1)
         self.warned = False   # about a sharded model decoding without being gathered (once)
+        self.whole = False    # inside `independent`: the sharded model is gathered already
 
     def sleep(self):
         pass
 
     def wake_up(self):
         pass
+
+    @contextlib.contextmanager
+    def independent(self):
+        """A phase in which this rank generates on its own (launch.share): a sharded model is gathered
+        whole once for all of it, so generate calls need no collective and the ranks may make different
+        numbers of them. Yields whether it could: a model too big to hold whole decodes in lockstep."""
+        if not self.sharded:
+            yield True
+            return
+        from torch.distributed.fsdp import FSDPModule
+        with gathered(self.model) as fits:
+            if fits:
+                for module in self.model.modules():
+                    if isinstance(module, FSDPModule):
+                        module.unshard()
+            self.whole = fits
+            try:
+                yield fits
+            finally:
+                self.whole = False
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]):
         """Copy tensors into the model's parameters by name (to restore earlier weights, say)."""
@@ -159,7 +180,7 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()  # no dropout while sampling; the trainer's settings come back afterwards
         try:
-            whole = gathered(self.model) if self.sharded else contextlib.nullcontext(True)
+            whole = gathered(self.model) if self.sharded and not self.whole else contextlib.nullcontext(True)
             with torch.no_grad(), attention.implementation(self.model, "decode"), whole as fits:
                 if not fits and not self.warned and os.environ.get("RANK", "0") == "0":
                     print("WARNING: the sharded model does not fit whole beside a KV cache, so decoding "
@@ -383,6 +404,13 @@ class VLLMEngine:
             assert reason == "length" or ids[-1] in self.eos_token_ids, f"stopped without an EOS token: {out}"
             completions.append(Completion(ids, [lp[token].logprob for lp, token in zip(out.logprobs, ids)], reason))
         return completions
+
+    @contextlib.contextmanager
+    def independent(self):
+        """Several ranks' engines are one tensor-parallel group: they never generate on their own (the
+        ranks then play every rollout together, launch.py). One process is a group of one."""
+        yield not (torch.distributed.is_available() and torch.distributed.is_initialized()
+                   and torch.distributed.get_world_size() > 1)
 
     def sleep(self):
         if self.sleep_mode and not self.asleep:

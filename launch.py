@@ -13,12 +13,14 @@ in a collective forever) and exits with that rank's status.
     >>> rank_environment(1, 4, 29500)["LOCAL_RANK"], rank_environment(1, 4, 29500)["WORLD_SIZE"]
     ('1', '4')
 
-Every rank plays the same rollouts (spade.py), which holds while environments behave the same in every
-process: the sandbox fixes the hash seed and seeds each play's global RNGs from its seed
-(contract.play_reset). What can still differ (an environment reading the clock, a deadline met on one
-rank only) would make the ranks ask the engine for different prompts, and a tensor-parallel engine or
-a sharded model would then hang in a collective; `RankAgreement` checks every `generate` call first
-and stops the run with an error instead.
+The ranks divide a step's plays (spade.py): each plays its `share` of the (environment, play) pairs,
+balanced by their expected length, and `gather` hands every rank all of them in one order, so the
+advantages, the designer's epochs, memory and the logs see the whole step on every rank. That needs an
+engine that can generate without the others: the in-process engine gathers a sharded model whole for
+the phase (engine.HFEngine.independent). Where it cannot (vLLM, whose engines make one tensor-parallel
+group of the node, or a model too big to hold whole), every rank plays every rollout in lockstep, and
+`RankAgreement` checks that they ask for the same prompts, stopping the run with an error rather than a
+hang in a collective when an environment played differently in two processes.
 
 Ctrl-C (`install_sigint_handler`): the first finishes the step and saves a checkpoint, the second
 stops at once. Ranks receive the signal at slightly different moments, so whether to stop after a
@@ -26,6 +28,7 @@ step is decided by all of them together (`agreed`), or one rank would leave whil
 it in the next step's collectives.
 """
 import array
+import contextlib
 import hashlib
 import os
 import signal
@@ -119,17 +122,58 @@ def agreed(stop: threading.Event, world: int) -> bool:
     return bool(flag.item())
 
 
+def share(sizes: list[float], rank: int, world: int) -> list[int]:
+    """The indices of the items rank `rank` plays: largest first, each to the least loaded rank (ties:
+    the lowest), so the ranks' totals of `sizes` come out even. The same on every rank.
+
+    >>> [share([5, 1, 1, 3, 2], r, 2) for r in range(2)]
+    [[0, 1], [2, 3, 4]]
+    """
+    load, mine = [0.0] * world, []
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        least = min(range(world), key=lambda r: (load[r], r))
+        load[least] += sizes[i]
+        if least == rank:
+            mine.append(i)
+    return sorted(mine)
+
+
+def gather(mine: list, indices: list[int], total: int, world: int) -> list:
+    """Every rank's items in their global order: `mine` are this rank's, at `indices` of `total`."""
+    if world == 1:
+        return list(mine)
+    import torch.distributed as dist
+    parts = [None] * world
+    dist.all_gather_object(parts, (indices, mine))
+    ordered = [None] * total
+    for part_indices, part in parts:
+        for i, item in zip(part_indices, part):
+            ordered[i] = item
+    assert all(item is not None for item in ordered), "some items were played by no rank"
+    return ordered
+
+
 class RankAgreement:
-    """An engine whose `generate` first checks that every rank asks for the same prompts (a digest each)."""
+    """An engine whose `generate` first checks that every rank asks for the same prompts (a digest each),
+    except in a phase where the ranks generate independently (`independent`)."""
 
     def __init__(self, engine):
-        self.engine = engine
+        self.engine, self.divided = engine, False
 
     def __getattr__(self, name):  # sleep, wake_up, load_weights, ...: the engine's own
         return getattr(self.engine, name)
 
+    @contextlib.contextmanager
+    def independent(self):
+        with self.engine.independent() as divided:
+            self.divided = divided
+            try:
+                yield divided
+            finally:
+                self.divided = False
+
     def generate(self, prompts, params):
-        if not same_on_every_rank(b"".join(array.array("q", [len(p), *p]).tobytes() for p in prompts)):
+        if not self.divided and not same_on_every_rank(b"".join(array.array("q", [len(p), *p]).tobytes() for p in prompts)):
             raise RuntimeError("the ranks asked the engine for different prompts: an environment played differently "
                                "in two processes (the clock, a deadline met on one rank only). Every rank must play "
                                "the same rollouts; resume from the last checkpoint")

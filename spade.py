@@ -18,8 +18,9 @@ environments; one PPO-clip + TIS update on designer and agent samples together (
 weights go into the engine.
 
 Deliberate simplifications: the batch is not trimmed or padded to a fixed size (the loss is a mean
-over the samples present); with several GPUs every rank runs the same rollouts (one engine per rank,
-vLLM tensor-parallel) and the update splits the samples between ranks; checkpoints keep the last
+over the samples present); with several GPUs the ranks divide each step's plays and designer slots
+where the engine can generate alone (the in-process one; `divided`, launch.py), every rank then holding
+all of them, and the update splits the samples between ranks; checkpoints keep the last
 two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Thinking mode (--thinking, on
 for Qwen3-8B as in the paper's 8B runs) trains each turn of an episode as its own sample, weighted so
 that the episode counts once (agent.py). The two baselines replace the designer where a step's plays
@@ -37,6 +38,7 @@ import random
 import re
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +46,7 @@ import designer_rewards   # pure reward math (no torch): safe to import before a
 import regret
 from batch import designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
 from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
-from launch import RankAgreement, agreed, install_sigint_handler, launch_ranks, setup_distributed
+from launch import RankAgreement, agreed, gather, install_sigint_handler, launch_ranks, setup_distributed, share
 
 # The modules that import torch are imported where they are first used, after the arguments have been
 # checked: a bad flag is one sentence in a second, not after torch has loaded.
@@ -351,27 +353,31 @@ class Regen:
 
 def regen_pool(run, step, times, metrics):
     """The designer writes a new pool (validated in the sandbox), then a hint per environment, then the
-    agent plays each new environment with its hint: R_hint (never trained on). A new epoch opens."""
-    import agent, designer
+    agent plays each new environment with its hint: R_hint (never trained on). A new epoch opens. The
+    ranks divide the slots, the hints and the hinted plays where the engine lets them (divided)."""
+    import designer
     cfg, state = run.cfg, run.state
     with timer(times, "design"):
         slots = designer.slots_for_epoch(run.skills, step // cfg.regen_interval, cfg.fixed.skills_per_regen,
                                          cfg.num_envs)
-        new_envs, samples, stats = designer.design(
+        parts = divided(run, [1.0] * len(slots), lambda mine: [designer.design(
             run.gen, run.tokenizer, slots, corpus=run.corpus, memory=run.memory, setting=cfg.setting,
-            params=run.params["designer"], max_attempts=cfg.fixed.designer_attempts, rng=state["rng"],
-            rollout_id=step, audit_params=run.params["audit"])
-        metrics.update({"designer/valid_rate": stats["num_valid"] / len(slots),
-                        "designer/attempts": stats["num_attempts"]})
+            params=run.params["designer"], max_attempts=cfg.fixed.designer_attempts, seed=cfg.seed,
+            rollout_id=step, audit_params=run.params["audit"], only=mine)], per_rank=True)
+        new_envs = sorted((e for envs, _, _ in parts for e in envs), key=lambda e: e.env_id)   # by slot
+        samples = sorted((s for _, samples, _ in parts for s in samples), key=lambda s: s.env_id)
+        failures = sorted((f for _, _, stats in parts for f in stats["failures"]), key=lambda f: (f["attempt"], f["slot"]))
+        attempts = sum(stats["num_attempts"] for _, _, stats in parts)
+        metrics.update({"designer/valid_rate": len(new_envs) / len(slots), "designer/attempts": attempts})
+        stages = dict(Counter(f["stage"] for f in failures))
+        run.log.print(f"designer: {len(new_envs)}/{len(slots)} environments valid after {attempts} attempts; "
+                      f"rejections by stage: {stages or 'none'}")
     with timer(times, "hints"):
-        needs_hints = cfg.designer_reward in designer_rewards.NEEDS_HINTS
-        hints = designer.write_hints(run.gen, run.tokenizer, new_envs, cfg.setting, run.params["hint"]) \
-            if needs_hints else []
+        hints = divided(run, [1.0] * len(new_envs), lambda mine: designer.write_hints(
+            run.gen, run.tokenizer, [new_envs[i] for i in mine], cfg.setting, run.params["hint"])) \
+            if cfg.designer_reward in designer_rewards.NEEDS_HINTS and new_envs else []
         # The same seeds as this step's unhinted plays: both arms of the regret meet the same instances.
-        hinted = agent.play(new_envs, run.gen, run.tokenizer, cfg.fixed.hint_plays, hints or None,
-                            params=run.params["agent"], **play_limits(cfg),
-                            seeds=[agent.play_seeds(e.env_id, cfg.fixed.hint_plays, step) for e in new_envs]) \
-            if hints else []
+        hinted = play_shared(run, new_envs, cfg.fixed.hint_plays, step, hints) if hints else []
         scored_hinted, hung = drop_failed(hinted, state["blacklist"])
     topup = state["rng"].sample(run.seeds, min(len(run.seeds), max(0, cfg.num_envs - len(new_envs))))
     if topup:
@@ -379,19 +385,47 @@ def regen_pool(run, step, times, metrics):
                       f"{len(topup)} seed environments from envs/ (not rewarded to the designer)")
     state["pool"] = new_envs + topup
     state["epoch"] = designer_rewards.Epoch(step, samples, group_rewards(scored_hinted), timeouts=hung)
-    return Regen(new_envs, hints, hinted, stats["failures"])
+    return Regen(new_envs, hints, hinted, failures)
 
 
 def play_pool(run, pool, step, times):
     """K trained plays of each environment not blacklisted, seeded per play and salted by step (the
     regen step's hinted plays used the same seeds, METHOD 13.3): (plays, play stats)."""
-    import agent
     pool, stats = [e for e in pool if e.env_id not in run.state["blacklist"]], {}
     with timer(times, "play"):
-        played = agent.play(pool, run.gen, run.tokenizer, run.cfg.plays_per_env, params=run.params["agent"],
-                            seeds=[agent.play_seeds(e.env_id, run.cfg.plays_per_env, step) for e in pool],
-                            stats=stats, **play_limits(run.cfg))
+        played = play_shared(run, pool, run.cfg.plays_per_env, step, stats=stats)
+    stats["num_generated_tokens"] = sum(e.num_generated_tokens for e in played)   # every rank's
     return played, stats
+
+
+def play_shared(run, envs, plays, step, hints=None, stats=None):
+    """`plays` plays of each environment (with its hint), seeded per play and salted by step; the
+    ranks divide the (environment, play) pairs, balanced by each environment's mean length when it
+    was last played. Every rank returns them all, environment-major."""
+    import agent
+    pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, plays, step)]
+    lengths = run.state.setdefault("lengths", {})   # env_id -> mean generated tokens of a play
+    played = divided(run, [lengths.get(envs[i].env_id, 1.0) for i, _ in pairs], lambda mine: agent.play(
+        [envs[pairs[k][0]] for k in mine], run.gen, run.tokenizer, 1, [hints[pairs[k][0]] for k in mine]
+        if hints else None, params=run.params["agent"], seeds=[[pairs[k][1]] for k in mine], stats=stats,
+        **play_limits(run.cfg)))
+    for env in envs:
+        tokens = [e.num_generated_tokens for e in played if e.env_id == env.env_id]
+        lengths[env.env_id] = sum(tokens) / len(tokens) if tokens else 1.0
+    return played
+
+
+def divided(run, sizes, work, per_rank=False):
+    """`work(indices)` on this rank's share of len(sizes) items (launch.share), every rank's results
+    gathered in order; in one piece where the engine cannot generate on its own (launch.py).
+    `per_rank`: work returns one result for its whole share, and the list of the ranks' comes back."""
+    with run.gen.independent() as alone:
+        world = run.world if alone else 1
+        mine = share(sizes, run.rank, world) if world > 1 else list(range(len(sizes)))
+        results = work(mine)
+    if per_rank:
+        return gather(results, [run.rank if world > 1 else 0], world, world)
+    return gather(results, mine, len(sizes), world)
 
 
 # --- set-up: the run's directory, sandbox, corpus or pool, model, engine, optimizer, memory and state -------
@@ -451,7 +485,7 @@ def set_up(cfg):
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
     # pool_rng: the fixed pool's own shuffle, seed 42 as the paper's baseline (METHOD 10).
     state = dict(step=0, pool=[], epoch=None, tracker=designer_rewards.LearningPotentialTracker(), order=[],
-                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(),
+                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), lengths={},
                  rlve=rlve.Curriculum() if cfg.rlve else None)
     if checkpoint:
         state = restore(checkpoint, optimizer, memory, corpus, rank)
@@ -476,7 +510,7 @@ def load_trainer(cfg, checkpoint, device, world):
     vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
     kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
     gen = engine.make_engine(model, tokenizer, kind)
-    gen = RankAgreement(gen) if world > 1 else gen           # ranks must ask for the same prompts (launch.py)
+    gen = RankAgreement(gen) if world > 1 else gen           # in lockstep, ranks must ask for the same prompts
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     params = dict(agent=agent_params,
                   designer=dataclasses.replace(agent_params, max_new_tokens=cfg.fixed.designer_max_tokens),

@@ -363,7 +363,7 @@ def test_design_accepts_rejects_and_retries(tokenizer, capsys):
     memory = filled_memory()
     corpus = Corpus([f"document number {i}" for i in range(8)], [f"d{i}" for i in range(8)])
     envs, samples, stats = design(fake, tokenizer, [MATH, LOGIC, SPATIAL], corpus=corpus, memory=memory,
-                                  setting="games", params=engine.SamplingParams(), rng=random.Random(0),
+                                  setting="games", params=engine.SamplingParams(), seed=0,
                                   rollout_id=7)
     assert fake.calls == [3, 2, 2, 1, 1]                    # one batched generate per attempt round
     assert [e.env_id for e in envs] == ["game_00007_000_mathematical_reasoning",
@@ -392,7 +392,7 @@ def test_design_accepts_rejects_and_retries(tokenizer, capsys):
 def test_design_without_corpus_or_memory(tokenizer):
     fake = ScriptedDesignerEngine(tokenizer, {MATH: [BAD_SYNTAX]})
     envs, samples, stats = design(fake, tokenizer, [MATH], corpus=None, memory=None, setting="games",
-                                  params=engine.SamplingParams(), rng=random.Random(0), rollout_id=0,
+                                  params=engine.SamplingParams(), seed=0, rollout_id=0,
                                   max_attempts=2)
     assert (envs, samples, stats["num_attempts"], fake.calls) == ([], [], 2, [1, 1])
     prompt = tokenizer.decode(fake.seen_prompts[0])
@@ -404,7 +404,7 @@ def test_design_tool_use(tokenizer):
     skills = ["Data Retrieval", "Error Recovery"]
     fake = ScriptedDesignerEngine(tokenizer, {skills[0]: [GOOD_TOOL], skills[1]: [GOOD]})
     envs, samples, stats = design(fake, tokenizer, skills, corpus=builtin_corpus(50), memory=EnvMemory(),
-                                  setting="tool_use", params=engine.SamplingParams(), rng=random.Random(0),
+                                  setting="tool_use", params=engine.SamplingParams(), seed=0,
                                   rollout_id=3, max_attempts=1)
     # The game passes the gate too: nothing in validation requires a ToolUseBaseEnv subclass.
     assert [e.env_id for e in envs] == ["game_00003_000_data_retrieval", "game_00003_001_error_recovery"]
@@ -413,7 +413,7 @@ def test_design_tool_use(tokenizer):
     assert hints == ["Probe before you act."]
     with pytest.raises(AssertionError, match="unknown tool_use skills"):
         design(fake, tokenizer, [MATH], corpus=None, memory=None, setting="tool_use",
-               params=engine.SamplingParams(), rng=random.Random(0), rollout_id=0)
+               params=engine.SamplingParams(), seed=0, rollout_id=0)
 
 
 def test_the_audit_verdict_is_the_first_box_and_no_verdict_accepts():
@@ -432,7 +432,7 @@ def test_tool_use_audit_rejects_and_the_slot_tries_again(tokenizer, capsys):
     fake = ScriptedDesignerEngine(tokenizer, {skill: [GOOD_TOOL]},
                                   audit_answers=["The lamp room is hidden forever. \\boxed{no}", "Solvable. \\boxed{yes}"])
     envs, samples, stats = design(fake, tokenizer, [skill], corpus=None, memory=None, setting="tool_use",
-                                  params=engine.SamplingParams(), rng=random.Random(0), rollout_id=2,
+                                  params=engine.SamplingParams(), seed=0, rollout_id=2,
                                   audit_params=engine.SamplingParams(temperature=0.3))
     assert fake.calls == [1, 1, 1, 1]                  # design, audit (no), design again, audit (yes)
     assert [s.attempt for s in samples] == [2] and len(envs) == 1
@@ -443,7 +443,7 @@ def test_tool_use_audit_rejects_and_the_slot_tries_again(tokenizer, capsys):
     # Without audit_params (games), nothing is audited.
     fake = ScriptedDesignerEngine(tokenizer, {MATH: [GOOD]})
     design(fake, tokenizer, [MATH], corpus=None, memory=None, setting="games", params=engine.SamplingParams(),
-           rng=random.Random(0), rollout_id=0)
+           seed=0, rollout_id=0)
     assert fake.calls == [1]
 
 
@@ -468,7 +468,7 @@ def test_real_tiny_model_designs_garbage_that_is_rejected(capsys):
     real = engine.HFEngine(model, tok)
     envs, samples, stats = design(real, tok, [MATH], corpus=builtin_corpus(200), memory=filled_memory(),
                                   setting="games", params=engine.SamplingParams(max_new_tokens=16, seed=0),
-                                  max_attempts=1, rng=random.Random(0), rollout_id=0)
+                                  max_attempts=1, seed=0, rollout_id=0)
     assert envs == [] and samples == [] and stats["num_attempts"] == 1 and stats["num_valid"] == 0
     assert sum(stats["num_failed_by_stage"].values()) == 1
     assert "0/1 environments valid" in capsys.readouterr().out

@@ -1,4 +1,5 @@
 """End to end: the real spade.py as a subprocess with the tiny model, a couple of steps each."""
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -391,3 +392,102 @@ def test_a_ctrl_c_that_reaches_one_rank_stops_every_rank_after_the_same_step(tmp
     assert launcher.returncode == 0, output[-5000:]
     saved = json.loads((tmp_path / "c" / "latest").read_text())["step"]
     assert 1 <= saved < 50 and f"interrupted: saved step {saved}" in output
+
+
+# --- ranks divide the plays ------------------------------------------------------------------------
+def comparable(metrics):
+    """A step's metrics without what the clock decides."""
+    return {k: v for k, v in metrics.items()
+            if not (k.startswith("time/") or k.endswith("seconds") or k in ("tokens_per_s", "grpo/num_micro_batches"))}
+
+
+def test_two_ranks_play_what_one_process_plays_and_update_the_same(tmp_path):
+    """Each play's seed fixes its environment, and greedy sampling its tokens: 2 gloo ranks dividing the
+    plays, the designer's slots and the hinted plays between them give one process's episodes, metrics
+    and weights (the update within float tolerance)."""
+    args = [*FAST, "--temperature", "1e-3", "--designer-reward", "learning_potential", "--steps", "2"]
+    single = spade(*args, "--out", str(tmp_path / "one"))
+    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    launcher = launch([*args, "--out", str(tmp_path / "two")])
+    output = launcher.communicate(timeout=400)[0]
+    assert launcher.returncode == 0, output[-5000:]
+    one, two = ([json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+                for run in ("one", "two"))
+    assert len(one) == len(two) == 2
+    for a, b in zip(one, two):
+        assert comparable(a).keys() == comparable(b).keys()
+        for key, value in comparable(a).items():
+            assert b[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    plays = [json.loads((tmp_path / run / "samples" / "step_00000" / "plays.json").read_text()) for run in ("one", "two")]
+    assert plays[0] == plays[1]
+    weights = [final_weights(tmp_path / run)[0] for run in ("one", "two")]
+    for name, tensor in weights[0].items():
+        assert torch.allclose(tensor.float(), weights[1][name].float(), atol=1e-5), name
+
+
+CLOCK = """
+import time
+class ClockEnv:
+    def __init__(self, max_turns=3, **kwargs):
+        self.max_turns, self.turn = max_turns, 0
+    def reset(self, seed=None):
+        self.turn = 0
+        return f"It is {time.time_ns()} ns.", {}
+    def step(self, action):
+        self.turn += 1
+        return f"Now it is {time.time_ns()} ns.", 1.0, self.turn >= 3, False, {}
+"""
+
+
+def clock_worker(rank, world, port, out, alone):
+    """One gloo rank playing two clock environments through spade.play_shared with a scripted engine."""
+    import torch.distributed as dist
+    from types import SimpleNamespace
+    import engine, launch, models, spade
+    from envs import Environment
+    from test_agent import ScriptedEngine
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+
+    class Scripted(ScriptedEngine):   # TEST DOUBLE: answers every turn "\boxed{tick}", as its own engine
+        @contextlib.contextmanager
+        def independent(self):
+            yield alone
+
+    tokenizer = models.load_model("tiny")[1]
+    gen = launch.RankAgreement(Scripted(tokenizer, lambda prompt: "\\boxed{tick}"))
+    cfg = SimpleNamespace(max_turns=5, max_context=4096, max_new_tokens=16, thinking="off")
+    run = SimpleNamespace(gen=gen, tokenizer=tokenizer, rank=rank, world=world, state={}, cfg=cfg,
+                          params={"agent": engine.SamplingParams(max_new_tokens=16)})
+    envs = [Environment(f"clock_{i}", "Logical Deduction", CLOCK) for i in range(2)]
+    try:
+        played = spade.play_shared(run, envs, 2, step=0)
+        result = [[e.env_id, e.status, e.reward, e.num_turns, e.messages] for e in played]
+    except RuntimeError as e:
+        result = str(e)
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["divided", "lockstep"])
+def test_an_environment_that_reads_the_clock_plays_to_the_end_on_two_ranks(alone, tmp_path):
+    """Every play runs once on the node, so observations that hold the clock differ between ranks
+    harmlessly; only ranks that play every rollout in lockstep must agree, and stop when they do not."""
+    import torch.multiprocessing as mp
+    from launch import free_port
+    mp.spawn(clock_worker, args=(2, free_port(), str(tmp_path), alone), nprocs=2)
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    if alone:
+        assert results[0] == results[1] and len(results[0]) == 4
+        assert all(status == "terminated" and reward == 1.0 and turns == 3 for _, status, reward, turns, _ in results[0])
+        assert [r[0] for r in results[0]] == ["clock_0", "clock_0", "clock_1", "clock_1"]   # environment-major
+    else:
+        assert all("different prompts" in result for result in results)
+
+
+def test_rank_bench_runs_at_a_tiny_size(capsys):
+    from bench import rank_bench
+    rows = rank_bench.main(["--envs", "2", "--plays", "2", "--max-turns", "1", "--max-new-tokens", "4", "--slots", "2",
+                            "--repeat", "1"])
+    assert set(rows) == {1, 2} and all(rows[w][phase] > 0 for w in (1, 2) for phase in ("play", "design"))
+    assert "2 / 1" in capsys.readouterr().out
