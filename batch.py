@@ -5,11 +5,10 @@ FAILED plays are dropped and hung games blacklisted (`drop_failed`); rewards are
 environment and z-scored (`group_rewards`, `episode_advantages`); the agent's samples carry those
 advantages (`trained_agent_samples`: the thinking-mode fan-out and the compact filter), and a
 finished epoch's designer samples get their delayed rewards (`score_epoch`). spade.py calls these in
-its loop; the reward math itself is regret.py and designer_rewards.py.
+its loop; the reward math itself is regret.py.
 """
 from collections import defaultdict
 
-import designer_rewards
 import regret
 
 
@@ -69,11 +68,21 @@ def score_epoch(epoch, cfg, tracker, num_agent):
     import grpo
     if epoch is None or not epoch.samples:
         return []
-    raw, advantages = designer_rewards.score_designer_batch(cfg.designer_reward, epoch.outcomes(), num_agent=num_agent,
+    raw, advantages = regret.score_designer_batch(cfg.designer_reward, epoch.outcomes(), num_agent=num_agent,
                                                             regen_interval=cfg.regen_interval, tracker=tracker,
                                                             **cfg.plateau())
     return [(grpo.Sample(s.tokens, s.loss_mask, s.logprobs, a), x)
             for s, x, a in zip(epoch.samples, raw, advantages) if a is not None]
+
+
+def agent_metrics(played, episodes, rewards):
+    """The agent's line of a step: `played` are all its plays, `episodes` the scored ones (FAILED plays
+    dropped), `rewards` theirs per environment. The band is the learnable win rates 0.2-0.8."""
+    win_rates = [regret.win_rate(rs) for rs in rewards.values() if rs]
+    return {"agent/reward": sum(e.reward for e in episodes) / max(1, len(episodes)),
+            "agent/error_rate": sum(e.status == "error" for e in played) / max(1, len(played)),
+            "agent/failed_rate": sum(e.failed for e in played) / max(1, len(played)),
+            "agent/band_share": sum(0.2 <= w <= 0.8 for w in win_rates) / max(1, len(win_rates))}
 
 
 def designer_metrics(batch):

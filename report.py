@@ -15,10 +15,7 @@ import dataclasses
 import html
 import json
 import sys
-import time
 from pathlib import Path
-
-import regret
 
 CURVES = [("agent/reward", "agent reward (mean episode return)"),
           ("designer/regret", "hint regret (R_hint - R_nohint, new envs)"),
@@ -78,14 +75,12 @@ class Log:
             self.wandb.log(metrics, step=metrics["step"])
 
     def samples(self, step, regen, episodes, scores):
-        """Dump each new environment of a regen step (spade.Regen), and the rejected attempts; return
-        summary metrics."""
+        """Dump each new environment of a regen step (spade.Regen) with its scores, and the rejected
+        attempts."""
         folder = self.run_dir / "samples" / f"step_{step:05d}"
         if not self.quiet:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "rejected.json").write_text(json.dumps(regen.rejected, indent=1))
-        if not regen.envs:
-            return {}
         first = lambda eps, env_id: next((e for e in eps if e.env_id == env_id), None)
         for i, env in enumerate(regen.envs):
             hinted, unhinted = first(regen.hinted, env.env_id), first(episodes, env.env_id)
@@ -97,11 +92,8 @@ class Log:
             if not self.quiet:
                 (folder / f"{env.env_id}.json").write_text(json.dumps(record, indent=1))
                 (folder / f"{env.env_id}.py").write_text(env.code)
-        values = list(scores.values())
-        return {"designer/regret": sum(v["regret"] for v in values) / len(values),
-                "designer/env_lines": sum(len(e.code.splitlines()) for e in regen.envs) / len(regen.envs)}
 
-    def plays(self, step, episodes, rewards):
+    def plays(self, step, episodes, win_rates):
         """A step's plays for people: the first play of each environment of the pool (generated, topped up
         from envs/, a fixed pool's, or an RLVE problem) with its transcript and the environment's win rate."""
         first = {}
@@ -112,22 +104,8 @@ class Log:
         folder = self.run_dir / "samples" / f"step_{step:05d}"
         folder.mkdir(parents=True, exist_ok=True)
         records = [dict(env_id=e.env_id, skill=e.skill, seed=e.seed, reward=e.reward, status=e.status, error=e.error,
-                        win_rate=regret.win_rate(rewards.get(e.env_id, [])), transcript=e.messages) for e in first.values()]
+                        win_rate=win_rates.get(e.env_id, 0.0), transcript=e.messages) for e in first.values()]
         (folder / "plays.json").write_text(json.dumps(records, indent=1))
-
-
-def step_metrics(played, episodes, rewards, update, play_stats, times, start):
-    """One step's line of metrics.jsonl (the README's metric table): `played` are all the agent's
-    plays, `episodes` the scored ones (FAILED plays dropped), `rewards` theirs per environment."""
-    win_rates = [regret.win_rate(rs) for rs in rewards.values() if rs]
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "agent/reward": sum(e.reward for e in episodes) / max(1, len(episodes)),
-            "agent/error_rate": sum(e.status == "error" for e in played) / max(1, len(played)),
-            "agent/failed_rate": sum(e.failed for e in played) / max(1, len(played)),
-            "agent/band_share": sum(0.2 <= w <= 0.8 for w in win_rates) / max(1, len(win_rates)),
-            "tokens_per_s": play_stats.get("num_generated_tokens", 0) / max(1e-9, times.get("play", 0.0)),
-            **{f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))},
-            **{f"time/{k}": v for k, v in times.items()}}
 
 
 def read_run(run_dir):

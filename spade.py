@@ -13,7 +13,7 @@ new pool of environments (`regen_pool`: designer.py; validated in gate.py), writ
 with its hint (not trained: it measures what the hint is worth); the agent plays every pool
 environment K times (agent.py); rewards become advantages (regret.py, batch.py): per-environment
 z-scores for the agent, and for the designer the blend of a win-rate plateau and hint-based regret,
-scored R steps later when the whole epoch is known (designer_rewards.py); memory records the new
+scored R steps later when the whole epoch is known; memory records the new
 environments; one PPO-clip + TIS update on designer and agent samples together (grpo.py); the new
 weights go into the engine.
 
@@ -42,9 +42,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import designer_rewards   # pure reward math (no torch): safe to import before argument parsing
-import regret
-from batch import designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
+import regret   # pure reward math (no torch): safe to import before argument parsing
+from batch import agent_metrics, designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
 from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
 from launch import RankAgreement, agreed, gather, install_sigint_handler, launch_ranks, setup_distributed, share
 
@@ -104,8 +103,8 @@ class Config:
                                      f"not {self.plateau_band!r}"),
             (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
             (self.thinking not in ("on", "off"), f"--thinking must be on or off, not {self.thinking!r}"),
-            (self.designer_reward not in designer_rewards.DESIGNER_REWARDS,
-             f"unknown --designer-reward {self.designer_reward!r}; one of {list(designer_rewards.DESIGNER_REWARDS)}"),
+            (self.designer_reward not in regret.DESIGNER_REWARDS,
+             f"unknown --designer-reward {self.designer_reward!r}; one of {list(regret.DESIGNER_REWARDS)}"),
             (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
             (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}"),
             (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one"),
@@ -156,7 +155,7 @@ class Fixed:
     micro_token_budget: int = 16384   # tokens per micro-batch in the update
 
 
-# METHOD 7.3's columns: what a setting, a model (by alias, in any case), both, the fixed-RLVE baseline
+# METHOD 7.3's columns: what a setting, a model (by `table_key`), both, the fixed-RLVE baseline
 # (METHOD 10) and the embedded preset change of the defaults above, knobs and fixed values alike; applied
 # in this order, so the more specific wins, and the command line over all of them.
 SETTINGS = {"games": {},
@@ -196,14 +195,24 @@ def parse_config(argv):
 def configure(given):
     """The Config of these given knobs: the tables that apply to their setting and model over the
     defaults, the given values over the tables; the tables' other values become `cfg.fixed`."""
-    setting, model = given.get("setting", Config.setting), given.get("model", Config.model).lower()
-    small = model in SMALL_MODELS or model.startswith("random-")
+    setting, name = given.get("setting", Config.setting), given.get("model", Config.model).lower()
+    small, model = name in SMALL_MODELS or (name.startswith("random-") and "/" not in name), table_key(name)
     values = {**SETTINGS.get(setting, {}), **MODELS.get(model, {}), **COLUMNS.get((setting, model), {}),
               **(RLVE if given.get("rlve") else {}),
               **({**EMBEDDED, "skills": EMBEDDED_SKILLS.get(setting, "")} if small else {}), **given}
     knobs = {f.name for f in dataclasses.fields(Config)}
     return Config(**{k: v for k, v in values.items() if k in knobs}).derive(
         {k: v for k, v in values.items() if k not in knobs})
+
+
+def table_key(model):
+    """The MODELS and COLUMNS key of a --model, so its alias, the hub id it stands for and a directory
+    named after either find the same row: the last path part, lower case, without an -Instruct[-date].
+
+    >>> [table_key(m) for m in ("Qwen3-8B", "Qwen/Qwen3-4B-Instruct-2507", "/ckpt/Qwen3-8B/", "random-qwen3-8b:4")]
+    ['qwen3-8b', 'qwen3-4b', 'qwen3-8b', 'random-qwen3-8b:4']
+    """
+    return re.sub(r"-instruct(-\d+)?$", "", model.rstrip("/").rsplit("/", 1)[-1].lower())
 
 
 def resumed_config(given):
@@ -259,7 +268,7 @@ def main(argv=None):
 
 def self_play_step(run, step):
     """One step in the paper's order (METHOD.md 0). False when Ctrl-C stopped the run after it."""
-    import grpo, report
+    import grpo
     cfg, state = run.cfg, run.state
     times, metrics, start = {}, {"step": step}, time.perf_counter()
     # 1. This step's plays: at a regen step the designer first writes a new pool (and its hinted plays);
@@ -271,14 +280,14 @@ def self_play_step(run, step):
     episodes, hung = drop_failed(played, state["blacklist"])
     rewards = group_rewards(episodes)
     agent_samples = trained_agent_samples(episodes, compact_filter=cfg.setting == "tool_use")
-    metrics["agent/samples"] = len(agent_samples)
+    metrics.update(agent_metrics(played, episodes, rewards), **{"agent/samples": len(agent_samples)})
     if state["epoch"] is not None:
         state["epoch"].record(rewards, hung)
     # 3. Memory records each new environment with its win rate and regret at the regen step.
     if regen is not None:
         metrics.update(remember_new_envs(run, regen, rewards, played, step))
-    if step % cfg.regen_interval == 0:                   # what the agent played, for people: the pool's
-        run.log.plays(step, played, rewards)             # every environment, topped-up seeds included
+    if step % cfg.regen_interval == 0:   # what the agent played, for people: every environment of the pool
+        run.log.plays(step, played, {env_id: regret.win_rate(rs) for env_id, rs in rewards.items()})
     # 4. The delayed designer rewards (D = R): the epoch that ended at this regen step, and on the last
     #    step the open epoch with whatever plays it has (METHOD 6.2 step 5). The role scale counts this
     #    step's agent episodes, compact-filtered ones too, a thinking episode once (METHOD 6.2 step 4).
@@ -300,7 +309,9 @@ def self_play_step(run, step):
         grpo.push_weights(run.model, run.gen)
     # 6. Log one line; save a checkpoint every N steps, at the end, and on Ctrl-C.
     state["step"] = step + 1
-    metrics.update(report.step_metrics(played, episodes, rewards, update, play_stats, times, start))
+    metrics.update({"seconds": time.perf_counter() - start, **{f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))},
+                    "tokens_per_s": play_stats.get("num_generated_tokens", 0) / max(1e-9, times.get("play", 0.0)),
+                    **{f"time/{k}": v for k, v in times.items()}})
     run.log.step(metrics)
     stopping = agreed(run.stop, run.world)               # every rank stops after the same step
     if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping:
@@ -375,7 +386,7 @@ def regen_pool(run, step, times, metrics):
     with timer(times, "hints"):
         hints = divided(run, [1.0] * len(new_envs), lambda mine: designer.write_hints(
             run.gen, run.tokenizer, [new_envs[i] for i in mine], cfg.setting, run.params["hint"])) \
-            if cfg.designer_reward in designer_rewards.NEEDS_HINTS and new_envs else []
+            if cfg.designer_reward in regret.NEEDS_HINTS and new_envs else []
         # The same seeds as this step's unhinted plays: both arms of the regret meet the same instances.
         hinted = play_shared(run, new_envs, cfg.fixed.hint_plays, step, hints) if hints else []
         scored_hinted, hung = drop_failed(hinted, state["blacklist"])
@@ -384,7 +395,7 @@ def regen_pool(run, step, times, metrics):
         run.log.print(f"designer: {len(new_envs)}/{cfg.num_envs} valid; topping up the pool with "
                       f"{len(topup)} seed environments from envs/ (not rewarded to the designer)")
     state["pool"] = new_envs + topup
-    state["epoch"] = designer_rewards.Epoch(step, samples, group_rewards(scored_hinted), timeouts=hung)
+    state["epoch"] = regret.Epoch(step, samples, group_rewards(scored_hinted), timeouts=hung)
     return Regen(new_envs, hints, hinted, failures)
 
 
@@ -484,7 +495,7 @@ def set_up(cfg):
     seeds = [e for e in load_pool(ROOT / "envs", validate=False) if e.skill in skills]
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
     # pool_rng: the fixed pool's own shuffle, seed 42 as the paper's baseline (METHOD 10).
-    state = dict(step=0, pool=[], epoch=None, tracker=designer_rewards.LearningPotentialTracker(), order=[],
+    state = dict(step=0, pool=[], epoch=None, tracker=regret.LearningPotentialTracker(), order=[],
                  rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), lengths={},
                  rlve=rlve.Curriculum() if cfg.rlve else None)
     if checkpoint:
@@ -532,17 +543,21 @@ def play_limits(cfg):
 
 def remember_new_envs(run, regen, rewards, episodes, step):
     """Memory records each new environment with its win rate and raw regret at the regen step
-    (METHOD 8); the step's samples are dumped for people. Returns the dump's metrics."""
+    (METHOD 8); the step's samples are dumped for people. Returns the designer's regret and length metrics."""
     scores, hinted = {}, run.state["epoch"].hinted
     for env in regen.envs:
         step0 = rewards.get(env.env_id, [])
-        raw = designer_rewards.EnvOutcome(env.skill, [step0], hinted.get(env.env_id, [])).regret
+        raw = regret.EnvOutcome(env.skill, [step0], hinted.get(env.env_id, [])).regret
         scores[env.env_id] = dict(win_rate=regret.win_rate(step0), regret=raw)
         if run.memory is not None:
             run.memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], raw, step)
     if run.memory is not None:
         run.memory.save()
-    return run.log.samples(step, regen, episodes, scores)
+    run.log.samples(step, regen, episodes, scores)
+    if not regen.envs:
+        return {}
+    return {"designer/regret": sum(v["regret"] for v in scores.values()) / len(scores),
+            "designer/env_lines": sum(len(e.code.splitlines()) for e in regen.envs) / len(regen.envs)}
 
 
 def next_from_pool(pool, state, n):

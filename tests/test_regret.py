@@ -1,13 +1,12 @@
-"""Hand-computed checks of regret.py and designer_rewards.py (METHOD.md sections 6 and 7.1): every
+"""Hand-computed checks of regret.py (METHOD.md sections 6 and 7.1): every
 expected number below was worked out on paper from the formulas, not produced by running the code."""
 import math
 
 import pytest
 
-from designer_rewards import (DESIGNER_REWARDS, NEEDS_HINTS, EnvOutcome, LearningPotentialTracker,
-                              keep_designer_sample, score_designer_batch)
-from regret import (agent_advantages, blend_reward, designer_advantages, hint_regret, mean_reward, plateau,
-                    role_scale, win_rate)
+from regret import (DESIGNER_REWARDS, NEEDS_HINTS, EnvOutcome, LearningPotentialTracker, agent_advantages,
+                    blend_reward, designer_advantages, hint_regret, keep_designer_sample, mean_reward, plateau,
+                    role_scale, score_designer_batch, win_rate)
 
 approx = pytest.approx
 
@@ -331,7 +330,7 @@ def test_score_designer_batch_learning_potential_and_unknown_name():
 
 def test_an_epoch_records_its_window_and_scores_to_outcomes():
     from types import SimpleNamespace
-    from designer_rewards import Epoch
+    from regret import Epoch
     samples = [SimpleNamespace(env_id="a", skill="Optimization"), SimpleNamespace(env_id="b", skill="Logical Deduction")]
     epoch = Epoch(t0=4, samples=samples, hinted={"a": [1.0, 1.0]})
     epoch.record({"a": [0.0, 1.0], "other": [1.0]}, hung=set())

@@ -25,8 +25,8 @@ def test_log_then_report(tmp_path, capsys):
         dict(slot=1, skill="Optimization", attempt=1, stage="syntax", error="SyntaxError: bad", response="def (")],
         hinted=[FakeEpisode(env.env_id, [{"role": "user", "content": "obs HINT: weigh"}])])
     episodes = [FakeEpisode(env.env_id, [{"role": "user", "content": "obs"}, {"role": "assistant", "content": "\\boxed{x}"}])]
-    extra = log.samples(0, regen, episodes, {env.env_id: dict(win_rate=0.5, regret=0.25)})
-    assert extra == {"designer/regret": 0.25, "designer/env_lines": 2.0}
+    log.samples(0, regen, episodes, {env.env_id: dict(win_rate=0.5, regret=0.25)})
+    extra = {"designer/regret": 0.25, "designer/env_lines": 2.0}
     for step in range(3):
         log.step({"step": step, "seconds": 1.0, "agent/reward": 0.1 * step, "designer/valid_rate": 0.5, **extra})
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step")]

@@ -266,6 +266,12 @@ def test_paper_columns_parse_and_derive():
     # METHOD 7.3: the 8B agent thinks (games and tool use); the instruct models do not.
     assert (games_8b.thinking, tool_30b.thinking, two_skill.thinking) == ("on", "off", "off")
     assert parse_config(["--model", "Qwen3-8B", "--thinking", "off"]).thinking == "off"
+    # The hub id an alias stands for, and a directory named after either, find the same row.
+    for name in ("Qwen/Qwen3-8B", "/ckpt/Qwen3-8B"):
+        cfg = parse_config(["--model", name])
+        assert (cfg.thinking, cfg.kl_coef, cfg.fixed) == (games_8b.thinking, games_8b.kl_coef, games_8b.fixed)
+    assert parse_config(["--setting", "tool_use", "--model", "/ckpt/Qwen3-4B-Instruct-2507"]).fixed.hint_max_tokens == 512
+    assert parse_config(["--model", "random-runs/ckpt"]).steps != parse_config(["--model", "random-qwen3-8b"]).steps
     # The fixed-RLVE baseline: 16 plays per problem at temperature 1 unless given (METHOD 10).
     rlve_30b = parse_config(["--rlve", "--model", "Qwen3-30B-A3B"])
     assert (rlve_30b.plays_per_env, rlve_30b.temperature, rlve_30b.num_envs, rlve_30b.kl_coef) == (16, 1.0, 24, 0.0)
@@ -275,66 +281,6 @@ def test_paper_columns_parse_and_derive():
                           "--plateau-band", "0.2,0.4,0.2"])
     assert (given.kl_coef, given.regen_interval, given.fixed.designer_max_tokens) == (0.0, 5, 20000)
     assert given.plateau() == dict(lo=0.2, hi=0.4, ramp=0.2)
-
-
-def test_compact_filter_drops_truncated_plays_after_the_z_scores():
-    import agent
-    from batch import trained_agent_samples
-
-    def episode(reward, status):
-        return agent.Episode("env", "Data Retrieval", hinted=False, seed=0, tokens=[5, 6, 7], loss_mask=[0, 1, 1],
-                             logprobs=[0.0, -0.1, -0.2], reward=reward, status=status)
-    episodes = [episode(1.0, "terminated"), episode(0.0, "truncated"), episode(0.0, "terminated"),
-                episode(1.0, "terminated")]
-    assert len(trained_agent_samples(episodes, compact_filter=False)) == 4
-    # rewards [1, 0, 0, 1]: mean 0.5, std 0.5 -> z = [1, -1, -1, 1]; the truncated play is in the statistics
-    # (without it: mean 2/3, and the z-scores would differ) but is not trained.
-    compact = trained_agent_samples(episodes, compact_filter=True)
-    assert [s.advantage for s in compact] == pytest.approx([1.0, -1.0, 1.0])
-
-
-def test_a_thinking_episode_trains_each_turn_and_counts_once():
-    # METHOD 4.2: one sample per turn, each with the episode's whole advantage; weights 1/T so the
-    # episode counts once in the batch mean. A turn with nothing to train on (a masked malformed tool
-    # call) is no sample and takes no share.
-    import agent
-    from batch import num_agent_episodes, trained_agent_samples
-    turn = lambda *mask: ([7] * len(mask), list(mask), [-0.5 * m for m in mask])
-    thinking = agent.Episode("env", "Logic", hinted=False, seed=0, reward=1.0, status="terminated",
-                             turns=[turn(0, 1, 1), turn(0, 0, 0), turn(0, 0, 1, 1), turn(0, 1)])
-    plain = agent.Episode("env", "Logic", hinted=False, seed=1, tokens=[5, 6], loss_mask=[0, 1], logprobs=[0.0, -0.1],
-                          reward=0.0, status="terminated")
-    samples = trained_agent_samples([thinking, plain], compact_filter=False)
-    assert [(s.tokens, s.loss_mask) for s in samples] == [
-        t[:2] for t in (thinking.turns[0], thinking.turns[2], thinking.turns[3])] + [([5, 6], [0, 1])]
-    assert [s.advantage for s in samples] == pytest.approx([1.0] * 3 + [-1.0])      # z-scores of rewards [1, 0]
-    assert [s.weight for s in samples] == pytest.approx([1 / 3] * 3 + [1.0])
-    # The role scale's N_agent counts it once too; an episode with nothing generated is not counted, and
-    # a truncated one that the compact filter leaves out of training still is (METHOD 6.2 step 4).
-    empty = agent.Episode("env", "Logic", hinted=False, seed=2, tokens=[5], loss_mask=[0], logprobs=[0.0], reward=0.0,
-                          status="error")
-    truncated = agent.Episode("env", "Logic", hinted=False, seed=3, tokens=[5, 6], loss_mask=[0, 1],
-                              logprobs=[0.0, -0.1], reward=0.0, status="truncated")
-    assert num_agent_episodes([thinking, plain, empty, truncated]) == 3
-
-
-def test_failed_plays_are_dropped_and_hung_games_blacklisted():
-    import agent
-    from batch import drop_failed
-
-    def episode(env_id, reward=0.0, error=None, failed=False, hung=False):
-        return agent.Episode(env_id, "Logic", hinted=False, seed=0, reward=reward, error=error, failed=failed,
-                             hung=hung, status="error" if error else "terminated")
-    played = [episode("ok", 1.0), episode("raises", -1.0, "contract: step raised ValueError"),
-              episode("hangs", -1.0, "timeout: step did not finish within 30 s", failed=True, hung=True),
-              episode("tool", -1.0, "timeout: call_tool did not finish within 30 s", failed=True),
-              episode("crashes", -1.0, "crash: the child died (signal 11)", failed=True)]
-    blacklist = {"earlier"}
-    kept, hung = drop_failed(played, blacklist)
-    # An exception inside step() is a scored -1 play (METHOD 1.1); FAILED plays are not scored (3.3),
-    # and only a hung load/reset/step blacklists the game (a hung tool call fails only its play).
-    assert [e.env_id for e in kept] == ["ok", "raises"]
-    assert hung == {"hangs"} and blacklist == {"earlier", "hangs"}
 
 
 def launch(args, world=2):
