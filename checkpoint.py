@@ -1,7 +1,7 @@
 """Checkpoints: what spade.py writes every --save-every steps and reads back on --resume.
 
 A checkpoint `ckpt-NNNNN/` holds the model and tokenizer in Hugging Face format (`model/`), the
-optimizer state (`optimizer-rank<r>.pt`), the loop state and the RNGs of Python, torch and the corpus sampler
+optimizer state (`optimizer-rank<r>.pt`), the loop state and the RNGs of Python and torch
 (`state.pt`) and the environment memory (`env_memory.json`). It is written to a hidden directory and
 renamed into place, and the `latest` pointer (with the config) is replaced atomically, so a kill never
 leaves half of one; the last two are kept.
@@ -20,7 +20,7 @@ import random
 import shutil
 
 
-def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, corpus, state, rank):
+def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank):
     """Write ckpt-<step> and point `latest` at it. Every rank calls it; rank 0 writes."""
     import torch
     full_model = full_model_state(model)
@@ -36,8 +36,7 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, corpus, s
         return
     model.save_pretrained(tmp / "model", state_dict=full_model)
     tokenizer.save_pretrained(tmp / "model")
-    torch.save({"state": state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state(),
-                "corpus_rng": corpus.rng.getstate() if corpus else None}, tmp / "state.pt")
+    torch.save({"state": state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
     (tmp / "env_memory.json").write_text(json.dumps(memory.records if memory else []))
     shutil.rmtree(run_dir / name, ignore_errors=True)
     os.replace(tmp, run_dir / name)
@@ -52,16 +51,14 @@ def latest_checkpoint(run_dir):
     return run_dir / json.loads((run_dir / "latest").read_text())["checkpoint"]
 
 
-def restore(checkpoint, optimizer, memory, corpus, rank):
-    """Optimizer, RNGs, corpus sampler and environment memory as they were when the checkpoint was
+def restore(checkpoint, optimizer, memory, rank):
+    """Optimizer, RNGs and environment memory as they were when the checkpoint was
     saved; returns the loop state. Every rank calls it and reads its own optimizer shards."""
     import torch
     load_optimizer(optimizer, checkpoint, rank)
     saved = torch.load(checkpoint / "state.pt", weights_only=False)   # our own file, written above
     random.setstate(saved["python_rng"])
     torch.set_rng_state(saved["torch_rng"])
-    if corpus is not None:
-        corpus.rng.setstate(saved["corpus_rng"])
     if memory is not None:
         memory.records = json.loads((checkpoint / "env_memory.json").read_text())
         memory.save()

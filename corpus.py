@@ -2,10 +2,11 @@
 
     corpus = load_corpus("docs.jsonl", max_words=6000)   # JSONL with `orig_doc` or `text`
     corpus = builtin_corpus(6000)                        # or: the installed stdlib's documentation
-    doc_id, text = corpus.sample()                       # one fresh document per designer attempt
+    doc_id, text = corpus.sample(rng)                    # one fresh document per designer attempt
 
-Each document is truncated to a number of words (6000 games, 4000 tool use). The corpus keeps its
-own `random.Random(seed)` (42, as officially), saved in checkpoints. Bad input: a missing file or a
+Each document is truncated to a number of words (6000 games, 4000 tool use). The draw is made with the
+attempt's own generator (designer.py), so a document depends on (seed, step, slot, attempt) and on no
+rank or earlier draw. Bad input: a missing file or a
 corpus without a usable line is one clear error; single bad lines are skipped and counted.
 """
 import importlib
@@ -36,21 +37,17 @@ def truncate_words(text: str, max_words: int) -> str:
 
 @dataclass
 class Corpus:
-    """Grounding documents and the seeded sampler that draws one per designer attempt. `rng` is
-    public so that a checkpoint can save its state and a resumed run go on with the next document."""
+    """Grounding documents, one drawn per designer attempt."""
     docs: list[str]
     doc_ids: list[str]
-    seed: int = 42
     num_skipped: int = 0                  # lines of the file that were blank, not JSON or had no text
 
     def __post_init__(self):
         assert self.docs and len(self.docs) == len(self.doc_ids), "a corpus needs documents and ids"
-        self.rng = random.Random(self.seed)
 
-    def sample(self, rng: random.Random | None = None) -> tuple[str, str]:
-        """(doc_id, text) drawn uniformly with `rng` (the designer's, one per attempt), else with the
-        corpus's own; independent draws, i.e. with replacement across calls."""
-        i = (rng or self.rng).randrange(len(self.docs))
+    def sample(self, rng: random.Random) -> tuple[str, str]:
+        """(doc_id, text) drawn uniformly with `rng` (the attempt's): with replacement across calls."""
+        i = rng.randrange(len(self.docs))
         return self.doc_ids[i], self.docs[i]
 
 
@@ -66,7 +63,7 @@ def _corpus_record(line: str) -> dict | None:
     return record if isinstance(text, str) and text.strip() else None
 
 
-def load_corpus(path, max_words: int, *, seed: int = 42) -> Corpus:
+def load_corpus(path, max_words: int) -> Corpus:
     """Documents of a JSONL file (`orig_doc` or `text`; other keys are metadata never shown), each
     truncated to `max_words` words (6000 games, 4000 tool use). Bad lines are skipped and counted."""
     path = Path(path)
@@ -85,7 +82,7 @@ def load_corpus(path, max_words: int, *, seed: int = 42) -> Corpus:
         raise ValueError(f"corpus {path} has no usable documents ({skipped} lines skipped: blank, "
                          "not a JSON object, or without a non-empty 'orig_doc'/'text')")
     print(f"corpus: {len(docs)} documents from {path} ({skipped} lines skipped)")
-    return Corpus(docs, doc_ids, seed, skipped)
+    return Corpus(docs, doc_ids, skipped)
 
 
 def _module_text(module) -> str:
@@ -104,7 +101,7 @@ def _module_text(module) -> str:
     return "\n\n".join(parts)
 
 
-def builtin_corpus(max_words: int = 6000, *, seed: int = 42) -> Corpus:
+def builtin_corpus(max_words: int = 6000) -> Corpus:
     """A corpus made at start-up from the installed standard library's documentation: one document
     per module of BUILTIN_MODULES (no download). Modules missing from this Python are left out."""
     docs, doc_ids = [], []
@@ -116,4 +113,4 @@ def builtin_corpus(max_words: int = 6000, *, seed: int = 42) -> Corpus:
         docs.append(truncate_words(_module_text(module), max_words))
         doc_ids.append(f"stdlib:{name}")
     print(f"corpus: {len(docs)} built-in documents (standard-library module documentation)")
-    return Corpus(docs, doc_ids, seed)
+    return Corpus(docs, doc_ids)

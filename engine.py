@@ -6,7 +6,8 @@
 
 Every engine has `generate(prompts, params) -> list[Completion]` (the new token ids, the log-prob of
 each under the *processed* sampling distribution, i.e. after temperature / top-k / top-p, and why it
-stopped), `sleep()`, `wake_up()`, `load_weights(named_tensors)`, `.tokenizer` and `.eos_token_ids`.
+stopped), `sleep()`, `wake_up()`, `load_weights(named_tensors)`, `independent()` (a context in which this
+rank may generate without the other ranks; it yields whether it can), `.tokenizer` and `.eos_token_ids`.
 `HFEngine` generates with the trainer's own transformers model (our decode loop, see its docstring);
 `VLLMEngine` runs vLLM in this process, asleep while the trainer updates the weights.
 

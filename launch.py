@@ -55,7 +55,7 @@ def free_port() -> int:
 def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) -> int:
     """Run `python script argv` as `world` ranks of this node; returns the first failing rank's exit status,
     or 0. Ctrl-C is left to the ranks (they share this process group); this process only waits. Only rank
-    0 prints (the ranks play the same rollouts); every rank's errors (stderr) are shown."""
+    0 prints (every rank holds the whole step's results: `gather`); every rank's errors (stderr) are shown."""
     port = free_port()
     ranks = [subprocess.Popen([sys.executable, script, *argv], env={**os.environ, **rank_environment(r, world, port)},
                               stdout=None if r == 0 else subprocess.DEVNULL)   # the others' would repeat it
@@ -120,6 +120,25 @@ def agreed(stop: threading.Event, world: int) -> bool:
     flag = torch.tensor([int(stop.is_set())], device="cuda" if torch.cuda.is_available() else "cpu")
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
+
+
+def from_rank_0(value, world: int):
+    """Rank 0's `value` on every rank (a collective)."""
+    if world == 1:
+        return value
+    import torch.distributed as dist
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def reseed(world: int):
+    """One seed for the global random generators of every rank, drawn by rank 0: after a phase in which
+    the ranks sampled different numbers of tokens, the next phase in lockstep samples alike again."""
+    import random
+    import torch
+    seed = from_rank_0(random.getrandbits(63), world)
+    random.seed(seed), torch.manual_seed(seed)
 
 
 def share(sizes: list[float], rank: int, world: int) -> list[int]:

@@ -341,6 +341,13 @@ def gathered(model):
 
 
 def room_for_whole(model) -> bool:
-    """Whether free memory holds the whole model twice over (the host's always counts as enough)."""
+    """Whether free memory holds the whole model twice over on every rank (the host's always counts as
+    enough). One answer for all: a rank that gathered while another decoded layer by layer would wait
+    in a collective the other never joins."""
+    if model.device.type != "cuda":
+        return True
     whole = sum(p.numel() * p.element_size() for p in model.parameters())   # a DTensor counts whole
-    return model.device.type != "cuda" or torch.cuda.mem_get_info()[0] >= 2 * whole
+    free = torch.tensor(torch.cuda.mem_get_info()[0], dtype=torch.int64, device=model.device)
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN)
+    return free.item() >= 2 * whole

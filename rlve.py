@@ -126,17 +126,16 @@ class Curriculum:
 
 
 def play(problems, engine, tokenizer, plays, *, params, max_context=32768, max_new_tokens=8192, thinking=False,
-         stats=None):
+         stats=None, round_=None):
     """Each problem answered `plays` times, one turn each, in one engine call; returns agent.Episodes,
     problem-major, with env_id = the problem's group, the reward from `Problem.score`, and status
     "truncated" when a reply ran out of tokens (it is scored all the same). RLVE's prompts are short, so
-    the longest one sets the budget of all: min(max_new_tokens, context left - 64)."""
+    the longest one of the round (`round_`, by default these problems) sets the budget of all:
+    min(max_new_tokens, context left - 64)."""
     started = time.perf_counter()
-    messages = [[_user(p)] for p in problems]
-    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
-             for m in messages]
-    prompts = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    budget = min(max_new_tokens, max_context - max(map(len, prompts)) - CONTEXT_MARGIN)
+    messages, prompts = _prompts(problems, tokenizer, thinking)
+    longest = max(map(len, prompts if round_ is None else _prompts(round_, tokenizer, thinking)[1]))
+    budget = min(max_new_tokens, max_context - longest - CONTEXT_MARGIN)
     assert budget > 0, f"a problem's prompt leaves no room in --max-context {max_context}"
     tick = time.perf_counter()
     completions = engine.generate([ids for ids in prompts for _ in range(plays)],
@@ -158,14 +157,24 @@ def play(problems, engine, tokenizer, plays, *, params, max_context=32768, max_n
     return episodes
 
 
-def play_round(curriculum, names, rng, engine, tokenizer, plays, **play_kwargs):
+def play_round(curriculum, names, rng, engine, tokenizer, plays, divide=None, **play_kwargs):
     """One step of the baseline: a new problem of each named environment (`Curriculum.problem`), each
-    answered `plays` times (`play`); the curriculum counts the plays. Returns the episodes."""
+    answered `plays` times (`play`); the curriculum counts the plays. Returns the episodes.
+    `divide(sizes, work)`: where the (problem, play) pairs are played (spade.divided); here by default."""
     problems = [curriculum.problem(name, rng) for name in names]
-    played = play(problems, engine, tokenizer, plays, **play_kwargs)
+    work = lambda mine: play([problems[k // plays] for k in mine], engine, tokenizer, 1, round_=problems, **play_kwargs)
+    played = (divide or (lambda sizes, work: work(range(len(sizes)))))([1.0] * (len(problems) * plays), work)
     for i, problem in enumerate(problems):
         curriculum.record(problem, [e.reward for e in played[i * plays:(i + 1) * plays]])
     return played
+
+
+def _prompts(problems, tokenizer, thinking):
+    """(messages, token ids) of each problem's one user turn."""
+    messages = [[_user(p)] for p in problems]
+    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
+             for m in messages]
+    return messages, tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
 def _user(problem):

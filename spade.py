@@ -45,7 +45,8 @@ from pathlib import Path
 import regret   # pure reward math (no torch): safe to import before argument parsing
 from batch import agent_metrics, designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
 from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
-from launch import RankAgreement, agreed, gather, install_sigint_handler, launch_ranks, setup_distributed, share
+from launch import (RankAgreement, agreed, from_rank_0, gather, install_sigint_handler, launch_ranks, reseed,
+                    setup_distributed, share)
 
 # The modules that import torch are imported where they are first used, after the arguments have been
 # checked: a bad flag is one sentence in a second, not after torch has loaded.
@@ -315,7 +316,7 @@ def self_play_step(run, step):
     run.log.step(metrics)
     stopping = agreed(run.stop, run.world)               # every rank stops after the same step
     if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping:
-        save_checkpoint(run.dir, cfg, run.model, run.tokenizer, run.optimizer, run.memory, run.corpus, state, run.rank)
+        save_checkpoint(run.dir, cfg, run.model, run.tokenizer, run.optimizer, run.memory, state, run.rank)
     if stopping:
         run.log.print(f"interrupted: saved step {state['step']}; continue with --resume {run.dir}")
     return not stopping
@@ -346,8 +347,10 @@ def rlve_plays(run, step, times, metrics):
     names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
     with timer(times, "play"):
         played = rlve.play_round(state["rlve"], names, state["rng"], run.gen, run.tokenizer, cfg.plays_per_env,
-                                 params=run.params["agent"], max_context=cfg.max_context, stats=stats,
-                                 max_new_tokens=cfg.max_new_tokens, thinking=cfg.thinking == "on")
+                                 lambda sizes, work: divided(run, sizes, work), params=run.params["agent"],
+                                 max_context=cfg.max_context, stats=stats, max_new_tokens=cfg.max_new_tokens,
+                                 thinking=cfg.thinking == "on")
+    stats["num_generated_tokens"] = sum(e.num_generated_tokens for e in played)   # every rank's
     metrics.update(state["rlve"].metrics())
     return played, stats, None, []
 
@@ -434,6 +437,8 @@ def divided(run, sizes, work, per_rank=False):
         world = run.world if alone else 1
         mine = share(sizes, run.rank, world) if world > 1 else list(range(len(sizes)))
         results = work(mine)
+    if world > 1:
+        reseed(world)
     if per_rank:
         return gather(results, [run.rank if world > 1 else 0], world, world)
     return gather(results, mine, len(sizes), world)
@@ -471,6 +476,7 @@ def set_up(cfg):
     from corpus import builtin_corpus, load_corpus
     from envs import load_pool
     rank, world = setup_distributed()
+    cfg.out = from_rank_0(cfg.out, world)   # one start time in out/{time}: rank 0's
     run_dir = Path(cfg.resume or cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = latest_checkpoint(run_dir) if cfg.resume else None
@@ -486,7 +492,7 @@ def set_up(cfg):
         fixed_pool = load_pool(cfg.pool) if cfg.pool else None
         words = cfg.fixed.corpus_max_words
         corpus = None if cfg.no_corpus or cfg.pool or cfg.rlve else (
-            load_corpus(cfg.corpus, words, seed=42) if cfg.corpus else builtin_corpus(words, seed=42))
+            load_corpus(cfg.corpus, words) if cfg.corpus else builtin_corpus(words))
     except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
         raise SystemExit(f"spade.py: {e}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -499,7 +505,7 @@ def set_up(cfg):
                  rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), lengths={},
                  rlve=rlve.Curriculum() if cfg.rlve else None)
     if checkpoint:
-        state = restore(checkpoint, optimizer, memory, corpus, rank)
+        state = restore(checkpoint, optimizer, memory, rank)
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
     elif memory is not None and not memory.records:
         memory.seed_from(seeds)

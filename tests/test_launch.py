@@ -108,6 +108,26 @@ def test_ranks_that_ask_for_different_prompts_stop_with_an_error_not_a_hang(tmp_
         assert same == [[1, 2], [3]] and slept is True and "different prompts" in error
 
 
+def divergence_worker(rank, world, port, out):
+    import random
+    import torch
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.rand(10 + 5 * rank), [random.random() for _ in range(rank)]     # a divided phase: unequal draws
+    launch.reseed(world)
+    result = [launch.from_rank_0(f"out/rank{rank}", world), torch.rand(3).tolist(), random.random()]
+    open(f"{out}/rank{rank}.json", "w").write(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def test_ranks_that_drew_differently_draw_alike_after_a_reseed(tmp_path):
+    import torch.multiprocessing as mp
+    mp.spawn(divergence_worker, args=(2, launch.free_port(), str(tmp_path)), nprocs=2)
+    first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert first == second and first[0] == "out/rank0"
+
+
 def test_terminating_the_launcher_terminates_the_ranks(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(RECORDS_CTRL_C)

@@ -92,6 +92,28 @@ def test_plays_share_one_problem_per_environment(tokenizer):
         assert e.logprobs[prompt:] == [-0.001 * (i + 1) for i in range(len(e.tokens) - prompt)]
 
 
+def test_a_round_divided_over_two_ranks_plays_what_one_rank_plays(tokenizer):
+    # spade.divided as two ranks would run it in one process: each plays its share, gathered in order.
+    from launch import share
+
+    def two_ranks(sizes, work):
+        shares = [share(sizes, r, 2) for r in range(2)]
+        ordered = [None] * len(sizes)
+        for mine, part in zip(shares, [work(mine) for mine in shares]):
+            for i, episode in zip(mine, part):
+                ordered[i] = episode
+        return ordered
+    rounds = []
+    for divide in (None, two_ranks):
+        curriculum = rlve.Curriculum()
+        curriculum.top["Sorting"] = 1
+        reply = lambda prompt: "\\boxed{1}" if "Sort" in prompt else "x" * (len(prompt) % 7)   # lengths differ
+        played = rlve.play_round(curriculum, ["Sorting", "Multiplication"], random.Random(4), ScriptedEngine(
+            tokenizer, reply), tokenizer, 3, divide, params=engine.SamplingParams(), max_new_tokens=32)
+        rounds.append(([(e.env_id, e.tokens, e.reward) for e in played], curriculum.counted, curriculum.next_seed))
+    assert rounds[0] == rounds[1] and len(rounds[0][0]) == 6
+
+
 def test_the_tiny_model_plays_rlve_problems(tokenizer):
     model, _ = models.load_model("tiny", device="cpu")
     generator = engine.make_engine(model, tokenizer, kind="hf")

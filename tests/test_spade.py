@@ -301,8 +301,8 @@ def rank_pid(launcher_pid, rank):
 
 
 def test_two_ranks_train_the_whole_batch_with_a_kl_reference(tmp_path):
-    # Each rank runs the same rollouts and hands the whole batch to grpo.update, which splits it between
-    # the ranks itself; the KL reference is loaded sharded like the policy (models.load_sharded), so its KL
+    # Every rank holds the whole step's plays (gathered) and hands the whole batch to grpo.update, which
+    # splits it between the ranks itself; the KL reference is loaded sharded like the policy (models.load_sharded), so its KL
     # to the untrained policy is 0.
     # One step, a regen step and the last: the epoch it opens is flushed then (METHOD 6.2 step 5), so the
     # saved state has no open epoch.
@@ -347,11 +347,12 @@ def comparable(metrics):
             if not (k.startswith("time/") or k.endswith("seconds") or k in ("tokens_per_s", "grpo/num_micro_batches"))}
 
 
-def test_two_ranks_play_what_one_process_plays_and_update_the_same(tmp_path):
+@pytest.mark.parametrize("baseline", [[], ["--rlve", "--num-envs", "3"]], ids=["self-play", "rlve"])
+def test_two_ranks_play_what_one_process_plays_and_update_the_same(baseline, tmp_path):
     """Each play's seed fixes its environment, and greedy sampling its tokens: 2 gloo ranks dividing the
-    plays, the designer's slots and the hinted plays between them give one process's episodes, metrics
-    and weights (the update within float tolerance)."""
-    args = [*FAST, "--temperature", "1e-3", "--designer-reward", "learning_potential", "--steps", "2"]
+    plays, the designer's slots and the hinted plays (or RLVE's problems) between them give one process's
+    episodes, metrics and weights (the update within float tolerance)."""
+    args = [*FAST, "--temperature", "1e-3", "--designer-reward", "learning_potential", "--steps", "2", *baseline]
     single = spade(*args, "--out", str(tmp_path / "one"))
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     launcher = launch([*args, "--out", str(tmp_path / "two")])
