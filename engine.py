@@ -363,7 +363,7 @@ class VLLMEngine:
     """
 
     def __init__(self, model, tokenizer, *, eos_token_ids=None, gpu_memory_utilization=None, max_model_len=None,
-                 seed=0, **llm_kwargs):
+                 seed=0, tp=1, **llm_kwargs):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process, so
         import vllm  # that collective_rpc hands our tensors to the worker as they are
 
@@ -372,10 +372,7 @@ class VLLMEngine:
         self.moe = hasattr(model.config, "num_experts")
         path = model.name_or_path
         if not (os.path.isfile(os.path.join(path, "config.json")) or re.fullmatch(r"[\w.-]+/[\w.-]+", path or "")):
-            self._snapshot = tempfile.TemporaryDirectory(prefix="spade-vllm-")  # deleted with the engine
-            path = self._snapshot.name
-            model.save_pretrained(path)
-            tokenizer.save_pretrained(path)
+            path = self._save_snapshot(model, tokenizer)
         self.sleep_mode = torch.cuda.is_available()
         kwargs = dict(model=path, dtype=str(model.dtype).removeprefix("torch."), seed=seed,
                       max_model_len=max_model_len, logprobs_mode="processed_logprobs",
@@ -385,31 +382,56 @@ class VLLMEngine:
         else:  # vLLM's CPU backend sizes its KV cache as a share of host memory minus this process's
             kwargs["kv_cache_memory_bytes"] = 1 << 30  # resident size, which fails once the process is big
         if "RANK" in os.environ:  # launched by torchrun (not dist.is_initialized(): vLLM sets up a group too)
-            kwargs.update(distributed_executor_backend="external_launcher",
-                          tensor_parallel_size=int(os.environ["WORLD_SIZE"]))
+            # Ranks g*tp ... g*tp+tp-1 are one engine; vLLM makes the world/tp groups independent data-parallel
+            # replicas (its "external DP"). A group's ranks sample alike: one seed per group.
+            kwargs.update(distributed_executor_backend="external_launcher", tensor_parallel_size=tp,
+                          seed=seed + int(os.environ["RANK"]) // tp)
         self.llm = vllm.LLM(**kwargs, **llm_kwargs)
         self.asleep: set[str] = set()  # which of "weights" and "kv_cache" sleep
 
+    def _save_snapshot(self, model, tokenizer):
+        """The model saved for vLLM to load, by rank 0 (as transformers saves) into a directory deleted with
+        the engine; every rank gets its path."""
+        from launch import from_rank_0
+        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        state = whole_state(model) if is_sharded(model) else None    # a collective: every rank
+        path = None
+        if int(os.environ.get("RANK", "0")) == 0:
+            self._snapshot = tempfile.TemporaryDirectory(prefix="spade-vllm-")
+            path = self._snapshot.name
+            model.save_pretrained(path, state_dict=state)
+            tokenizer.save_pretrained(path)
+        return from_rank_0(path, world)          # after rank 0 has written it
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        return self.generate_each([(prompts, params)])[0]
+
+    def generate_each(self, calls: list[tuple[list[list[int]], SamplingParams]]) -> list[list[Completion]]:
+        """Several generate calls, each with its own params, run as one batch (launch.TensorParallelGroup)."""
         assert not self.asleep, "generate() while asleep: call wake_up() first"
-        base = dict(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
-                    max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=sorted(self.eos_token_ids),
-                    detokenize=False, skip_special_tokens=False)
-        # One seed per request: the same seed on every request would make identical prompts identical.
-        sampling = [self.vllm.SamplingParams(**base, seed=None if params.seed is None else params.seed + i)
-                    for i in range(len(prompts))]
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sampling, use_tqdm=False)
+        requests, sampling = [], []
+        for prompts, params in calls:
+            base = dict(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
+                        max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=sorted(self.eos_token_ids),
+                        detokenize=False, skip_special_tokens=False)
+            # One seed per request: the same seed on every request would make identical prompts identical.
+            sampling += [self.vllm.SamplingParams(**base, seed=None if params.seed is None else params.seed + i)
+                         for i in range(len(prompts))]
+            requests += [{"prompt_token_ids": list(p)} for p in prompts]
         completions = []
-        for out in (output.outputs[0] for output in outputs):
+        for out in (output.outputs[0] for output in self.llm.generate(requests, sampling, use_tqdm=False)):
             ids, reason = list(out.token_ids), "stop" if out.finish_reason == "stop" else "length"
             assert reason == "length" or ids[-1] in self.eos_token_ids, f"stopped without an EOS token: {out}"
             completions.append(Completion(ids, [lp[token].logprob for lp, token in zip(out.logprobs, ids)], reason))
-        return completions
+        starts = [0]
+        for prompts, _ in calls:
+            starts.append(starts[-1] + len(prompts))
+        return [completions[a:b] for a, b in zip(starts, starts[1:])]
 
     @contextlib.contextmanager
     def independent(self):
-        """Several ranks' engines are one tensor-parallel group: they never generate on their own (the
-        ranks then play every rollout together, launch.py). One process is a group of one."""
+        """One process generates alone; several ranks' engines generate in their tensor-parallel groups
+        (launch.TensorParallelGroup, which wraps this engine there)."""
         yield not (torch.distributed.is_available() and torch.distributed.is_initialized()
                    and torch.distributed.get_world_size() > 1)
 
@@ -437,6 +459,27 @@ class VLLMEngine:
             self.llm.wake_up(tags=["kv_cache"] if self.asleep == {"kv_cache"} else None)
             self.asleep = set()
             self.llm.reset_prefix_cache()
+
+
+def whole_state(model) -> dict:
+    """A sharded model's whole weights on every rank (a collective), on the host."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return {k: v.cpu() for k, v in get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)).items()}
+
+
+def fitting_tp(model_bytes: float, card_bytes: float, world: int, share: float = 0.5) -> int:
+    """vLLM's smallest tensor-parallel size (a divisor of `world`) at which a GPU's part of the weights
+    takes at most half of vLLM's `share` of the card, leaving the other half to the KV cache. In bf16,
+    Qwen3-4B is 8.0 GB, Qwen3-8B 16.4 GB and Qwen3-30B-A3B 61.1 GB (30.5B parameters, all experts held).
+    An 80 GB card gives vLLM 40 GB, so 20 GB of weights a GPU: 4B and 8B fit one, 30B-A3B needs 4
+    (15.3 GB each). A 141 GB card gives 70.5 GB, 35 GB of weights: 30B-A3B fits 2 (30.6 GB each).
+
+    >>> GB = 1e9
+    >>> [fitting_tp(b * GB, 80 * GB, 8) for b in (8.0, 16.4, 61.1)], [fitting_tp(b * GB, 141 * GB, 8) for b in (8.0, 16.4, 61.1)]
+    ([1, 1, 4], [1, 1, 2])
+    """
+    sizes = [tp for tp in range(1, world + 1) if world % tp == 0]
+    return next((tp for tp in sizes if model_bytes / tp <= share * card_bytes / 2), world)
 
 
 def make_engine(model, tokenizer, kind: str = "hf", **kwargs):

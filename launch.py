@@ -16,11 +16,13 @@ in a collective forever) and exits with that rank's status.
 The ranks divide a step's plays (spade.py): each plays its `share` of the (environment, play) pairs,
 balanced by their expected length, and `gather` hands every rank all of them in one order, so the
 advantages, the designer's epochs, memory and the logs see the whole step on every rank. That needs an
-engine that can generate without the others: the in-process engine gathers a sharded model whole for
-the phase (engine.HFEngine.independent). Where it cannot (vLLM, whose engines make one tensor-parallel
-group of the node, or a model too big to hold whole), every rank plays every rollout in lockstep, and
-`RankAgreement` checks that they ask for the same prompts, stopping the run with an error rather than a
-hang in a collective when an environment played differently in two processes.
+engine that can generate without the others. The in-process engine gathers a sharded model whole for
+the phase (engine.HFEngine.independent). vLLM makes each `--tp` consecutive ranks one tensor-parallel
+engine, whose ranks batch their calls together (`TensorParallelGroup`) while each plays its own share.
+Where neither can (a model too big to hold whole beside the in-process engine's KV cache), every rank
+plays every rollout in lockstep, and `RankAgreement` checks that they ask for the same prompts,
+stopping the run with an error rather than a hang in a collective when an environment played
+differently in two processes.
 
 Ctrl-C (`install_sigint_handler`): the first finishes the step and saves a checkpoint, the second
 stops at once. Ranks receive the signal at slightly different moments, so whether to stop after a
@@ -170,6 +172,47 @@ def gather(mine: list, indices: list[int], total: int, world: int) -> list:
             ordered[i] = item
     assert all(item is not None for item in ordered), "some items were played by no rank"
     return ordered
+
+
+class TensorParallelGroup:
+    """vLLM's engine where each `tp` consecutive ranks are one tensor-parallel engine, whose ranks must
+    all make the same generate calls. Every rank still plays its own share and steps its own sandboxes:
+    each call first gathers what the group's ranks ask for (`all_gather_object` in a gloo subgroup) and
+    runs it all as one batch on every rank of the group, each keeping its own completions. A rank whose
+    share is done keeps joining its group's calls with nothing to ask, until the whole group is done (the
+    end of `independent`). tp = 1: every rank its own engine, no exchange."""
+
+    def __init__(self, engine, tp: int, world: int):
+        import torch.distributed as dist
+        self.engine, self.tp, self.group = engine, tp, None
+        if tp > 1:
+            self.group, _ = dist.new_subgroups_by_enumeration(
+                [list(range(g, g + tp)) for g in range(0, world, tp)], backend="gloo")
+
+    def __getattr__(self, name):  # sleep, wake_up, load_weights, ...: the engine's own
+        return getattr(self.engine, name)
+
+    @contextlib.contextmanager
+    def independent(self):
+        yield True
+        while any(call is not None for call in self._round(None)[0]):
+            pass
+
+    def generate(self, prompts, params):
+        import torch.distributed as dist
+        calls, results = self._round((prompts, params))
+        mine = 0 if self.group is None else dist.get_rank(group=self.group)
+        return results[sum(call is not None for call in calls[:mine])]
+
+    def _round(self, call):
+        """Every group rank's call (None: nothing to ask) and the completions of those that asked."""
+        import torch.distributed as dist
+        calls = [call]
+        if self.tp > 1:
+            calls = [None] * self.tp
+            dist.all_gather_object(calls, call, group=self.group)
+        asked = [c for c in calls if c is not None]
+        return calls, self.engine.generate_each(asked) if asked else []
 
 
 class RankAgreement:

@@ -45,7 +45,7 @@ from pathlib import Path
 import regret   # pure reward math (no torch): safe to import before argument parsing
 from batch import agent_metrics, designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
 from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
-from launch import (RankAgreement, agreed, from_rank_0, gather, install_sigint_handler, launch_ranks, reseed,
+from launch import (RankAgreement, TensorParallelGroup, agreed, from_rank_0, gather, install_sigint_handler, launch_ranks, reseed,
                     setup_distributed, share)
 
 # The modules that import torch are imported where they are first used, after the arguments have been
@@ -74,8 +74,7 @@ class Config:
     max_context: int = 32768          # tokens per episode
     max_new_tokens: int = 8192        # agent tokens per turn
     thinking: str = "off"             # agent thinking, a sample per turn (METHOD 4.2): on | off (on for Qwen3-8B)
-    corpus: str = ""                  # JSONL with orig_doc/text; "" = built from the stdlib's docs
-    no_corpus: bool = False           # ablation: no grounding document
+    corpus: str = ""                  # JSONL with orig_doc/text; "" = built from the stdlib's docs; none = ablation
     no_memory: bool = False           # ablation: no environment memory
     no_designer_training: bool = False  # ablation: designer samples are generated but not trained
     pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
@@ -83,6 +82,7 @@ class Config:
     lr: float = 1e-6                  # AdamW learning rate (constant)
     kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for tool use and Qwen3-8B)
     engine: str = "auto"              # hf | vllm | auto (vllm on CUDA when installed)
+    tp: int = 0                       # vLLM's tensor-parallel size; 0 = the smallest that fits (engine.fitting_tp)
     out: str = "out/{time}"           # the run's directory; {time} is its start, YYYYmmdd-HHMMSS
     save_every: int = 16              # checkpoint every N steps (and at the end)
     resume: str = ""                  # a run directory to continue (its saved config; more --steps extend it)
@@ -103,10 +103,11 @@ class Config:
             (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
                                      f"not {self.plateau_band!r}"),
             (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
+            (self.tp < 0, "--tp must be 0 (the smallest that fits) or a tensor-parallel size"),
             (self.thinking not in ("on", "off"), f"--thinking must be on or off, not {self.thinking!r}"),
             (self.designer_reward not in regret.DESIGNER_REWARDS,
              f"unknown --designer-reward {self.designer_reward!r}; one of {list(regret.DESIGNER_REWARDS)}"),
-            (bool(self.corpus) and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
+            (self.corpus not in ("", "none") and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
             (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}"),
             (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one"),
             (self.engine == "vllm" and importlib.util.find_spec("vllm") is None,
@@ -274,7 +275,7 @@ def self_play_step(run, step):
     times, metrics, start = {}, {"step": step}, time.perf_counter()
     # 1. This step's plays: at a regen step the designer first writes a new pool (and its hinted plays);
     #    a baseline takes its fixed pool's next environments, or new RLVE problems (run.plays, the seam).
-    played, play_stats, regen, finished = run.plays(run, step, times, metrics)
+    played, regen, finished = run.plays(run, step, times, metrics)
     # 2. FAILED plays (hangs, crashes, load or tool failures) are dropped and a game that hung is never
     #    played again (METHOD 3.3); the advantages are z-scored per environment; the open epoch records
     #    this step's rewards of its environments.
@@ -311,7 +312,7 @@ def self_play_step(run, step):
     # 6. Log one line; save a checkpoint every N steps, at the end, and on Ctrl-C.
     state["step"] = step + 1
     metrics.update({"seconds": time.perf_counter() - start, **{f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))},
-                    "tokens_per_s": play_stats.get("num_generated_tokens", 0) / max(1e-9, times.get("play", 0.0)),
+                    "tokens_per_s": sum(e.num_generated_tokens for e in played) / max(1e-9, times.get("play", 0.0)),
                     **{f"time/{k}": v for k, v in times.items()}})
     run.log.step(metrics)
     stopping = agreed(run.stop, run.world)               # every rank stops after the same step
@@ -325,34 +326,32 @@ def self_play_step(run, step):
 # --- where a step's plays come from: the seam between self-play and the two baselines ---------------
 def self_play_plays(run, step, times, metrics):
     """Self-play: a regen step's new pool from the designer (regen_pool), then K plays of each pool
-    environment. Returns (plays, play stats, the regen step's new pool or None, epochs now finished)."""
+    environment. Returns (plays, the regen step's new pool or None, epochs now finished)."""
     regen, finished = None, []
     if step % run.cfg.regen_interval == 0:
         finished.append(run.state["epoch"])              # the previous epoch: all its plays are known
         regen = regen_pool(run, step, times, metrics)
-    played, stats = play_pool(run, run.state["pool"], step, times)
-    return played, stats, regen, finished
+    return play_pool(run, run.state["pool"], step, times), regen, finished
 
 
 def fixed_pool_plays(run, step, times, metrics):
     """Baseline: the fixed pool's next environments (METHOD 10), without a designer."""
     run.state["pool"] = next_from_pool(run.fixed_pool, run.state, run.cfg.num_envs)
-    return (*play_pool(run, run.state["pool"], step, times), None, [])
+    return play_pool(run, run.state["pool"], step, times), None, []
 
 
 def rlve_plays(run, step, times, metrics):
     """Baseline: a new RLVE problem per environment, at its adaptive difficulty (rlve.py)."""
     import rlve
-    cfg, state, stats = run.cfg, run.state, {}
+    cfg, state = run.cfg, run.state
     names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
     with timer(times, "play"):
         played = rlve.play_round(state["rlve"], names, state["rng"], run.gen, run.tokenizer, cfg.plays_per_env,
                                  lambda sizes, work: divided(run, sizes, work), params=run.params["agent"],
-                                 max_context=cfg.max_context, stats=stats, max_new_tokens=cfg.max_new_tokens,
+                                 max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens,
                                  thinking=cfg.thinking == "on")
-    stats["num_generated_tokens"] = sum(e.num_generated_tokens for e in played)   # every rank's
     metrics.update(state["rlve"].metrics())
-    return played, stats, None, []
+    return played, None, []
 
 
 @dataclass
@@ -398,30 +397,29 @@ def regen_pool(run, step, times, metrics):
         run.log.print(f"designer: {len(new_envs)}/{cfg.num_envs} valid; topping up the pool with "
                       f"{len(topup)} seed environments from envs/ (not rewarded to the designer)")
     state["pool"] = new_envs + topup
+    state["lengths"] = {e.env_id: state["lengths"][e.env_id] for e in state["pool"] if e.env_id in state["lengths"]}
     state["epoch"] = regret.Epoch(step, samples, group_rewards(scored_hinted), timeouts=hung)
     return Regen(new_envs, hints, hinted, failures)
 
 
 def play_pool(run, pool, step, times):
     """K trained plays of each environment not blacklisted, seeded per play and salted by step (the
-    regen step's hinted plays used the same seeds, METHOD 13.3): (plays, play stats)."""
-    pool, stats = [e for e in pool if e.env_id not in run.state["blacklist"]], {}
+    regen step's hinted plays used the same seeds, METHOD 13.3)."""
+    pool = [e for e in pool if e.env_id not in run.state["blacklist"]]
     with timer(times, "play"):
-        played = play_shared(run, pool, run.cfg.plays_per_env, step, stats=stats)
-    stats["num_generated_tokens"] = sum(e.num_generated_tokens for e in played)   # every rank's
-    return played, stats
+        return play_shared(run, pool, run.cfg.plays_per_env, step)
 
 
-def play_shared(run, envs, plays, step, hints=None, stats=None):
+def play_shared(run, envs, plays, step, hints=None):
     """`plays` plays of each environment (with its hint), seeded per play and salted by step; the
     ranks divide the (environment, play) pairs, balanced by each environment's mean length when it
     was last played. Every rank returns them all, environment-major."""
     import agent
     pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, plays, step)]
-    lengths = run.state.setdefault("lengths", {})   # env_id -> mean generated tokens of a play
+    lengths = run.state["lengths"]   # env_id -> mean generated tokens of a play (of the pool's)
     played = divided(run, [lengths.get(envs[i].env_id, 1.0) for i, _ in pairs], lambda mine: agent.play(
         [envs[pairs[k][0]] for k in mine], run.gen, run.tokenizer, 1, [hints[pairs[k][0]] for k in mine]
-        if hints else None, params=run.params["agent"], seeds=[[pairs[k][1]] for k in mine], stats=stats,
+        if hints else None, params=run.params["agent"], seeds=[[pairs[k][1]] for k in mine],
         **play_limits(run.cfg)))
     for env in envs:
         tokens = [e.num_generated_tokens for e in played if e.env_id == env.env_id]
@@ -466,8 +464,8 @@ class Run:
     seeds: list
     memory: object
     state: dict
-    plays: object = None
-    stop: object = None
+    plays: object      # where a step's plays come from: self_play_plays, fixed_pool_plays or rlve_plays
+    stop: object       # set by Ctrl-C (launch.install_sigint_handler)
 
 
 def set_up(cfg):
@@ -491,7 +489,7 @@ def set_up(cfg):
             log.print("sandbox: " + ", ".join(k for k, v in sandbox.isolation().items() if not v.startswith("missing")))
         fixed_pool = load_pool(cfg.pool) if cfg.pool else None
         words = cfg.fixed.corpus_max_words
-        corpus = None if cfg.no_corpus or cfg.pool or cfg.rlve else (
+        corpus = None if cfg.corpus == "none" or cfg.pool or cfg.rlve else (
             load_corpus(cfg.corpus, words) if cfg.corpus else builtin_corpus(words))
     except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
         raise SystemExit(f"spade.py: {e}")
@@ -526,7 +524,9 @@ def load_trainer(cfg, checkpoint, device, world):
         raise SystemExit(f"spade.py: {e}")
     vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
     kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
-    gen = engine.make_engine(model, tokenizer, kind)
+    tp = engine_tp(cfg, kind, model, world)
+    gen = engine.make_engine(model, tokenizer, kind, **({"tp": tp} if kind == "vllm" else {}))
+    gen = TensorParallelGroup(gen, tp, world) if kind == "vllm" and world > 1 else gen
     gen = RankAgreement(gen) if world > 1 else gen           # in lockstep, ranks must ask for the same prompts
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     params = dict(agent=agent_params,
@@ -538,6 +538,22 @@ def load_trainer(cfg, checkpoint, device, world):
                                               max_new_tokens=min(16384, cfg.fixed.designer_max_tokens))
                   if cfg.setting == "tool_use" else None)
     return model, tokenizer, gen, ref_model, grpo.make_optimizer(model, lr=cfg.lr), params
+
+
+def engine_tp(cfg, kind, model, world):
+    """vLLM's tensor-parallel size: --tp, or the smallest that fits this GPU (engine.fitting_tp). The
+    in-process engine is one rank a group."""
+    import engine, torch
+    if kind != "vllm" or world == 1:
+        if cfg.tp > 1:
+            raise SystemExit(f"spade.py: --tp {cfg.tp} needs --engine vllm and as many ranks (GPUs)")
+        return 1
+    tp = cfg.tp or engine.fitting_tp(sum(p.numel() * p.element_size() for p in model.parameters()),
+                                     torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available()
+                                     else float("inf"), world)
+    if world % tp:
+        raise SystemExit(f"spade.py: --tp {tp} does not divide the {world} ranks into tensor-parallel groups")
+    return tp
 
 
 # --- the phases' small helpers -------------------------------------------------------------------

@@ -128,6 +128,42 @@ def test_ranks_that_drew_differently_draw_alike_after_a_reseed(tmp_path):
     assert first == second and first[0] == "out/rank0"
 
 
+class BatchingEngine:
+    """A test double of vLLM's engine: each call of a batch completes a prompt with its tokens times 10."""
+
+    def __init__(self):
+        self.batches = []
+
+    def generate_each(self, calls):
+        self.batches.append(calls)
+        return [[[10 * t for t in prompt] for prompt in prompts] for prompts, _ in calls]
+
+
+def group_worker(rank, world, port, out):
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    engine = BatchingEngine()
+    group, completions = launch.TensorParallelGroup(engine, 2, world), []
+    with group.independent():
+        for n in range(rank + 1):                      # rank r has r + 1 calls to make
+            completions.append(group.generate([[rank, n]], f"params {n}"))
+    open(f"{out}/rank{rank}.json", "w").write(json.dumps([completions, engine.batches]))
+    dist.destroy_process_group()
+
+
+def test_a_tensor_parallel_group_runs_its_ranks_calls_together_and_each_keeps_its_own(tmp_path):
+    import torch.multiprocessing as mp
+    mp.spawn(group_worker, args=(4, launch.free_port(), str(tmp_path)), nprocs=4)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
+    for r, (completions, _) in enumerate(ranks):
+        assert completions == [[[10 * r, 10 * n]] for n in range(r + 1)]
+    # Ranks 0-1 and 2-3 are groups: both engines of a group run the same batches (vLLM's tensor-parallel
+    # ranks must), a rank that is done joins with nothing to ask, and the groups run apart.
+    assert ranks[0][1] == ranks[1][1] == [[[[[0, 0]], "params 0"], [[[1, 0]], "params 0"]], [[[[1, 1]], "params 1"]]]
+    assert ranks[2][1] == ranks[3][1] and len(ranks[3][1]) == 4 and ranks[3][1][3] == [[[[3, 3]], "params 3"]]
+
+
 def test_terminating_the_launcher_terminates_the_ranks(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(RECORDS_CTRL_C)

@@ -68,8 +68,9 @@ def test_thinking_mode_self_play(tmp_path):
 
 def test_tool_use_self_play(tmp_path):
     # The tool-use setting end to end: its skills, prompts, the solvability audit's wiring (the tiny
-    # model's code rarely reaches it), tool-call plays of the topped-up pool, the compact filter.
-    result = spade(*FAST, "--setting", "tool_use", "--skills", "Data Retrieval,Error Recovery",
+    # model's code rarely reaches it), tool-call plays of the topped-up pool, the compact filter; and
+    # the no-corpus ablation.
+    result = spade(*FAST, "--setting", "tool_use", "--skills", "Data Retrieval,Error Recovery", "--corpus", "none",
                    "--out", str(tmp_path / "tools"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # The random model's replies rarely end within 16 tokens, and the compact filter leaves truncated
@@ -179,6 +180,8 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--skills", "Juggling"], "unknown games skill"),
     (["--resume", "/nonexistent/run"], "no checkpoint to resume in /nonexistent/run (--resume takes a run's"),
     (["--thinking", "maybe"], "--thinking must be on or off"),
+    (["--tp", "-1"], "--tp must be 0"),
+    (["--tp", "2"], "--tp 2 needs --engine vllm and as many ranks"),
     (["--rlve", "--pool", str(ROOT / "envs")], "--rlve and --pool are two baselines"),
     (["--pool", str(ROOT / "README.md")], "no valid environment in"),         # no record holds code
 ])
@@ -219,6 +222,18 @@ def test_self_play_with_the_vllm_engine(tmp_path):
     # The trainer and a separate vLLM engine: every step's new weights must be pushed into vLLM.
     result = spade(*FAST, "--engine", "vllm", "--out", str(tmp_path / "vllm"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_trained(tmp_path / "vllm", 2)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test-vllm)")
+@pytest.mark.parametrize("tp", [1, 2])
+def test_two_ranks_train_with_vllm_in_tensor_parallel_groups(tp, tmp_path):
+    # --tp 2: one vLLM engine over both ranks, which still play their own shares (launch.TensorParallelGroup);
+    # --tp 1: two engines, one a rank (vLLM's external data parallelism).
+    launcher = launch([*FAST, "--engine", "vllm", "--tp", str(tp), "--out", str(tmp_path / "vllm")])
+    output = launcher.communicate(timeout=500)[0]
+    assert launcher.returncode == 0, output[-5000:]
+    assert f"tensor_parallel_size={tp}" in output and f"engine=vllm tp={tp}" in output
     assert_trained(tmp_path / "vllm", 2)
 
 
