@@ -18,6 +18,9 @@ import json
 import os
 import random
 import shutil
+import sys
+
+import regret
 
 
 def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank):
@@ -56,13 +59,14 @@ def restore(checkpoint, optimizer, memory, rank):
     saved; returns the loop state. Every rank calls it and reads its own optimizer shards."""
     import torch
     load_optimizer(optimizer, checkpoint, rank)
+    sys.modules.setdefault("designer_rewards", regret)   # where an earlier version kept the epoch's classes
     saved = torch.load(checkpoint / "state.pt", weights_only=False)   # our own file, written above
     random.setstate(saved["python_rng"])
     torch.set_rng_state(saved["torch_rng"])
     if memory is not None:
         memory.records = json.loads((checkpoint / "env_memory.json").read_text())
         memory.save()
-    return saved["state"]
+    return {"lengths": {}, **saved["state"]}
 
 
 def full_model_state(model):

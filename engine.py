@@ -349,7 +349,7 @@ def vllm_named_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]]):
 
 
 class VLLMEngine:
-    """vLLM in this process, colocated with the trainer; under torchrun one engine per rank, tensor-parallel.
+    """vLLM in this process, colocated with the trainer; under torchrun each `tp` ranks are one engine.
 
     The policy-update protocol on CUDA: `sleep()` (level 1: weights to host memory, KV cache freed)
     before the update; then `load_weights(...)` wakes the *weights* first (a sleeping weight must be
@@ -383,7 +383,8 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = 1 << 30  # resident size, which fails once the process is big
         if "RANK" in os.environ:  # launched by torchrun (not dist.is_initialized(): vLLM sets up a group too)
             # Ranks g*tp ... g*tp+tp-1 are one engine; vLLM makes the world/tp groups independent data-parallel
-            # replicas (its "external DP"). A group's ranks sample alike: one seed per group.
+            # replicas (its "external DP"). A group's ranks must sample alike: one seed per group here, and
+            # one random stream per group in a divided phase (spade.divided).
             kwargs.update(distributed_executor_backend="external_launcher", tensor_parallel_size=tp,
                           seed=seed + int(os.environ["RANK"]) // tp)
         self.llm = vllm.LLM(**kwargs, **llm_kwargs)
@@ -462,9 +463,9 @@ class VLLMEngine:
 
 
 def whole_state(model) -> dict:
-    """A sharded model's whole weights on every rank (a collective), on the host."""
+    """A sharded model's whole weights in rank 0's host memory (a collective; the other ranks get {})."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return {k: v.cpu() for k, v in get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)).items()}
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def fitting_tp(model_bytes: float, card_bytes: float, world: int, share: float = 0.5) -> int:

@@ -134,12 +134,14 @@ def from_rank_0(value, world: int):
     return box[0]
 
 
-def reseed(world: int):
-    """One seed for the global random generators of every rank, drawn by rank 0: after a phase in which
-    the ranks sampled different numbers of tokens, the next phase in lockstep samples alike again."""
+def reseed(world: int, stream: int = 0):
+    """Seed the global random generators from one number rank 0 draws, plus `stream`. The same stream on
+    every rank after a phase in which the ranks sampled different numbers of tokens, so the next phase
+    in lockstep samples alike; a stream per rank (or per tensor-parallel group, whose ranks must sample
+    alike) before a phase they divide, or two ranks would draw the same noise for their plays."""
     import random
     import torch
-    seed = from_rank_0(random.getrandbits(63), world)
+    seed = from_rank_0(random.getrandbits(62), world) + stream
     random.seed(seed), torch.manual_seed(seed)
 
 

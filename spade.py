@@ -19,8 +19,8 @@ weights go into the engine.
 
 Deliberate simplifications: the batch is not trimmed or padded to a fixed size (the loss is a mean
 over the samples present); with several GPUs the ranks divide each step's plays and designer slots
-where the engine can generate alone (the in-process one; `divided`, launch.py), every rank then holding
-all of them, and the update splits the samples between ranks; checkpoints keep the last
+(`divided`, launch.py: the in-process engine holds the model whole for a phase, vLLM's ranks form
+tensor-parallel groups), every rank then holding all of them, and the update splits the samples between ranks; checkpoints keep the last
 two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Thinking mode (--thinking, on
 for Qwen3-8B as in the paper's 8B runs) trains each turn of an episode as its own sample, weighted so
 that the episode counts once (agent.py). The two baselines replace the designer where a step's plays
@@ -176,7 +176,7 @@ EMBEDDED_SKILLS = {"games": "Mathematical Reasoning,Pattern Recognition",
                    "tool_use": "Data Retrieval,State Modification"}
 SMALL_MODELS = ("smollm2-135m", "tiny", "tiny-moe")
 # What a resumed run may change of its saved config.
-RESUMABLE = ("resume", "steps", "save_every", "engine", "wandb")
+RESUMABLE = ("resume", "steps", "save_every", "engine", "tp", "wandb")
 
 
 def parse_config(argv):
@@ -226,6 +226,8 @@ def resumed_config(given):
         raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']} (--resume takes a run's "
                          f"directory, the one that holds `latest`)")
     pointer = json.loads(latest.read_text())
+    if pointer["config"].pop("no_corpus", False):   # an earlier version's spelling of --corpus none
+        pointer["config"]["corpus"] = "none"
     knobs = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(pointer["config"]) - knobs)
     if unknown:
@@ -433,6 +435,9 @@ def divided(run, sizes, work, per_rank=False):
     `per_rank`: work returns one result for its whole share, and the list of the ranks' comes back."""
     with run.gen.independent() as alone:
         world = run.world if alone else 1
+        if world > 1:
+            # A random stream of its own; vLLM's tensor-parallel groups (launch.TensorParallelGroup) one a group.
+            reseed(world, stream=run.rank // getattr(run.gen, "tp", 1))
         mine = share(sizes, run.rank, world) if world > 1 else list(range(len(sizes)))
         results = work(mine)
     if world > 1:

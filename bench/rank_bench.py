@@ -42,7 +42,7 @@ def worker(rank, world, port, args, out):
     cfg = SimpleNamespace(max_turns=args.max_turns, max_context=4096, max_new_tokens=args.max_new_tokens,
                           thinking="off")
     params = engine.SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
-    run = SimpleNamespace(gen=gen, tokenizer=tokenizer, rank=rank, world=world, state={}, cfg=cfg,
+    run = SimpleNamespace(gen=gen, tokenizer=tokenizer, rank=rank, world=world, state={"lengths": {}}, cfg=cfg,
                           params={"agent": params})
     envs = [e for e in load_pool(ROOT / "envs", validate=False) if e.skill in GAME_SKILLS][:args.envs]
     slots = [list(GAME_SKILLS)[i % len(GAME_SKILLS)] for i in range(args.slots)]

@@ -62,3 +62,21 @@ def test_sharded_torchao_optimizer_state_resumes_on_every_rank(tmp_path, monkeyp
     mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "result.pt"), run, 600), nprocs=2)
     worst, num_states = torch.load(tmp_path / "result.pt")
     assert num_states > 0 and worst == 0.0
+
+
+def test_a_state_saved_before_the_reward_modules_merged_still_loads(tmp_path, monkeypatch):
+    # Runs saved when the epoch's classes lived in designer_rewards.py resume: restore finds them in regret.
+    import random
+    import sys
+    import regret
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    checkpoint.save_optimizer(optimizer, tmp_path, 0)
+    with monkeypatch.context() as old:
+        old.setitem(sys.modules, "designer_rewards", regret)
+        old.setattr(regret.Epoch, "__module__", "designer_rewards")
+        torch.save({"state": {"step": 3, "epoch": regret.Epoch(0, [], {})}, "python_rng": random.getstate(),
+                    "torch_rng": torch.get_rng_state()}, tmp_path / "state.pt")
+    monkeypatch.delitem(sys.modules, "designer_rewards", raising=False)
+    state = checkpoint.restore(tmp_path, optimizer, None, 0)
+    assert isinstance(state["epoch"], regret.Epoch) and state["step"] == 3 and state["lengths"] == {}

@@ -114,18 +114,21 @@ def divergence_worker(rank, world, port, out):
     import torch.distributed as dist
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.rand(10 + 5 * rank), [random.random() for _ in range(rank)]     # a divided phase: unequal draws
+    launch.reseed(world, stream=rank)                                      # a divided phase: a stream each
+    own = [torch.rand(3).tolist(), random.random()]
+    torch.rand(10 + 5 * rank), [random.random() for _ in range(rank)]     # unequal draws
     launch.reseed(world)
-    result = [launch.from_rank_0(f"out/rank{rank}", world), torch.rand(3).tolist(), random.random()]
+    result = [launch.from_rank_0(f"out/rank{rank}", world), torch.rand(3).tolist(), random.random(), own]
     open(f"{out}/rank{rank}.json", "w").write(json.dumps(result))
     dist.destroy_process_group()
 
 
-def test_ranks_that_drew_differently_draw_alike_after_a_reseed(tmp_path):
+def test_ranks_draw_apart_in_their_own_streams_and_alike_after_a_reseed(tmp_path):
     import torch.multiprocessing as mp
     mp.spawn(divergence_worker, args=(2, launch.free_port(), str(tmp_path)), nprocs=2)
     first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
-    assert first == second and first[0] == "out/rank0"
+    assert first[:3] == second[:3] and first[0] == "out/rank0"
+    assert first[3][0] != second[3][0] and first[3][1] != second[3][1]   # their own streams differed
 
 
 class BatchingEngine:

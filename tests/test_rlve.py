@@ -92,26 +92,30 @@ def test_plays_share_one_problem_per_environment(tokenizer):
         assert e.logprobs[prompt:] == [-0.001 * (i + 1) for i in range(len(e.tokens) - prompt)]
 
 
-def test_a_round_divided_over_two_ranks_plays_what_one_rank_plays(tokenizer):
-    # spade.divided as two ranks would run it in one process: each plays its share, gathered in order.
+def test_a_round_divided_over_ranks_plays_what_one_rank_plays(tokenizer):
+    # spade.divided as four ranks would run it in one process: each plays its share (2 plays of 2
+    # problems: ranks 0-1 get the first problem only, 2-3 the second), gathered in order. The budget is
+    # the whole round's: the context leaves 5 tokens after the longer prompt, whichever a rank plays.
     from launch import share
 
-    def two_ranks(sizes, work):
-        shares = [share(sizes, r, 2) for r in range(2)]
+    def four_ranks(sizes, work):
+        shares = [share(sizes, r, 4) for r in range(4)]
         ordered = [None] * len(sizes)
         for mine, part in zip(shares, [work(mine) for mine in shares]):
             for i, episode in zip(mine, part):
                 ordered[i] = episode
         return ordered
-    rounds = []
-    for divide in (None, two_ranks):
-        curriculum = rlve.Curriculum()
-        curriculum.top["Sorting"] = 1
-        reply = lambda prompt: "\\boxed{1}" if "Sort" in prompt else "x" * (len(prompt) % 7)   # lengths differ
-        played = rlve.play_round(curriculum, ["Sorting", "Multiplication"], random.Random(4), ScriptedEngine(
-            tokenizer, reply), tokenizer, 3, divide, params=engine.SamplingParams(), max_new_tokens=32)
-        rounds.append(([(e.env_id, e.tokens, e.reward) for e in played], curriculum.counted, curriculum.next_seed))
-    assert rounds[0] == rounds[1] and len(rounds[0][0]) == 6
+    names, rounds = ["Sorting", "Multiplication"], []
+    problems = [rlve.Curriculum().problem(name, rng) for rng in [random.Random(4)] for name in names]
+    longest = max(map(len, rlve._prompts(problems, tokenizer, False)[1]))
+    for divide in (None, four_ranks):
+        scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{1}" if "Sort" in prompt else "x" * (len(prompt) % 7))
+        played = rlve.play_round(rlve.Curriculum(), names, random.Random(4), scripted, tokenizer, 2, divide,
+                                 params=engine.SamplingParams(), max_new_tokens=1000,
+                                 max_context=longest + rlve.CONTEXT_MARGIN + 5)
+        rounds.append([(e.env_id, e.tokens, e.reward) for e in played])
+        assert {budget for _, budget in scripted.calls} == {5}
+    assert rounds[0] == rounds[1] and len(rounds[0]) == 4 and rounds[0][0][0] != rounds[0][2][0]
 
 
 def test_the_tiny_model_plays_rlve_problems(tokenizer):

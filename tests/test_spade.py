@@ -212,6 +212,8 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     older = {k: v for k, v in saved.items() if k != "top_k"}
     (tmp_path / "latest").write_text(json.dumps({"step": 2, "config": {**older, "wandb": True}}))
     assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).wandb is False
+    (tmp_path / "latest").write_text(json.dumps({"step": 2, "config": {**saved, "no_corpus": True}}))
+    assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).corpus == "none"   # an earlier spelling
     (tmp_path / "latest").write_text(json.dumps({"step": 2, "config": {**saved, "beam_width": 4}}))
     with pytest.raises(SystemExit, match="written by another version of spade.py .*beam_width"):
         parse_config(["--resume", str(tmp_path), "--steps", "4"])
@@ -419,7 +421,7 @@ def clock_worker(rank, world, port, out, alone):
     tokenizer = models.load_model("tiny")[1]
     gen = launch.RankAgreement(Scripted(tokenizer, lambda prompt: "\\boxed{tick}"))
     cfg = SimpleNamespace(max_turns=5, max_context=4096, max_new_tokens=16, thinking="off")
-    run = SimpleNamespace(gen=gen, tokenizer=tokenizer, rank=rank, world=world, state={}, cfg=cfg,
+    run = SimpleNamespace(gen=gen, tokenizer=tokenizer, rank=rank, world=world, state={"lengths": {}}, cfg=cfg,
                           params={"agent": engine.SamplingParams(max_new_tokens=16)})
     envs = [Environment(f"clock_{i}", "Logical Deduction", CLOCK) for i in range(2)]
     try:
