@@ -1,4 +1,4 @@
-"""Designer: corpus, memory, prompts, skill schedule, design() with a scripted stand-in engine, hints.
+"""Designer: memory, prompts, skill schedule, design() with a scripted stand-in engine, hints.
 
 The design() tests use ScriptedDesignerEngine, a test double that answers each prompt with scripted
 text (known-good or known-bad environment code, or a hint) encoded by the tiny model's tokenizer.
@@ -16,7 +16,7 @@ import designer
 import engine
 import models
 import prompts
-from corpus import Corpus, builtin_corpus, load_corpus, truncate_words
+from corpus import Corpus, builtin_corpus
 from designer import EnvMemory, design, render_memory, skills_for_epoch, slots_for_epoch, write_hints
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment
 
@@ -79,63 +79,6 @@ class LampDeskEnv(ToolUseBaseEnv):
 @pytest.fixture(scope="module")
 def tokenizer():
     return models.load_model("tiny")[1]
-
-
-# --- corpus --------------------------------------------------------------------------------------
-
-def write_lines(path, lines):
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def test_truncation_keeps_first_words_and_marks_it():
-    marked = "one two three\n[Document truncated at ~3 words]"
-    assert truncate_words("one  two\tthree\nfour five", 3) == marked
-    assert truncate_words("one  two\tthree", 3) == "one  two\tthree"       # short: verbatim
-
-
-def test_load_corpus_prefers_orig_doc_and_counts_bad_lines(tmp_path, capsys):
-    path = write_lines(tmp_path / "c.jsonl", [
-        json.dumps({"orig_doc": "the original", "text": "the plain", "id": "d1"}),
-        json.dumps({"text": "only text here"}),
-        "",                                        # blank
-        "{not json",                               # unparseable
-        json.dumps({"text": "   "}),               # empty text
-        json.dumps(["a", "list"]),                 # not an object
-        json.dumps({"text": " ".join(f"w{i}" for i in range(10))}),
-    ])
-    corpus = load_corpus(path, max_words=4)
-    assert corpus.docs[:2] == ["the original", "only text here"]
-    assert corpus.docs[2] == "w0 w1 w2 w3\n[Document truncated at ~4 words]"
-    assert corpus.doc_ids[0] == "d1" and corpus.doc_ids[1] == "c:2"
-    assert corpus.num_skipped == 4
-    assert "3 documents" in capsys.readouterr().out
-
-
-def test_empty_corpus_and_missing_file_are_clear_errors(tmp_path):
-    path = write_lines(tmp_path / "empty.jsonl", ["", "garbage", json.dumps({"text": ""})])
-    with pytest.raises(ValueError, match="no usable documents"):
-        load_corpus(path, max_words=100)
-    with pytest.raises(FileNotFoundError, match="nowhere.jsonl"):
-        load_corpus(tmp_path / "nowhere.jsonl", max_words=100)
-
-
-def test_corpus_sampling_is_seeded_and_with_replacement():
-    docs = [f"doc {i}" for i in range(5)]
-
-    def draws(seed):
-        rng = random.Random(seed)
-        return [Corpus(docs, docs).sample(rng)[0] for _ in range(30)]
-    assert draws(42) == draws(42) and draws(42) != draws(7)
-    assert set(draws(42)) == set(docs)                  # 30 draws of 5 documents: repeats
-
-
-def test_builtin_corpus_has_stdlib_documents():
-    corpus = builtin_corpus(max_words=300)
-    assert len(corpus.docs) >= 15 and "stdlib:math" in corpus.doc_ids
-    math_doc = corpus.docs[corpus.doc_ids.index("stdlib:math")]
-    assert "acos(x" in math_doc and math_doc.endswith("[Document truncated at ~300 words]")
-    assert "/" + "site-packages" not in "".join(corpus.docs)          # no machine paths leak in
 
 
 # --- memory --------------------------------------------------------------------------------------
