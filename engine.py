@@ -475,8 +475,8 @@ def fitting_tp(model_bytes: float, card_bytes: float, world: int, share: float =
     An 80 GB card gives vLLM 40 GB, so 20 GB of weights a GPU: 4B and 8B fit one, 30B-A3B needs 4
     (15.3 GB each). A 141 GB card gives 70.5 GB, 35 GB of weights: 30B-A3B fits 2 (30.6 GB each).
 
-    >>> GB = 1e9
-    >>> [fitting_tp(b * GB, 80 * GB, 8) for b in (8.0, 16.4, 61.1)], [fitting_tp(b * GB, 141 * GB, 8) for b in (8.0, 16.4, 61.1)]
+    >>> GB, bf16 = 1e9, (8.0, 16.4, 61.1)                   # Qwen3-4B, Qwen3-8B, Qwen3-30B-A3B
+    >>> [fitting_tp(b * GB, 80 * GB, 8) for b in bf16], [fitting_tp(b * GB, 141 * GB, 8) for b in bf16]
     ([1, 1, 4], [1, 1, 2])
     """
     sizes = [tp for tp in range(1, world + 1) if world % tp == 0]

@@ -20,8 +20,8 @@ weights go into the engine.
 Deliberate simplifications: the batch is not trimmed or padded to a fixed size (the loss is a mean
 over the samples present); with several GPUs the ranks divide each step's plays and designer slots
 (`divided`, launch.py: the in-process engine holds the model whole for a phase, vLLM's ranks form
-tensor-parallel groups), every rank then holding all of them, and the update splits the samples between ranks; checkpoints keep the last
-two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Thinking mode (--thinking, on
+tensor-parallel groups), every rank then holding all of them, and the update splits the samples
+between ranks; checkpoints keep the last two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Thinking mode (--thinking, on
 for Qwen3-8B as in the paper's 8B runs) trains each turn of an episode as its own sample, weighted so
 that the episode counts once (agent.py). The two baselines replace the designer where a step's plays
 come from (`run.plays`: `fixed_pool_plays`, `rlve_plays`): --pool (fixed-pool GRPO) and --rlve (RLVE's
@@ -45,8 +45,8 @@ from pathlib import Path
 import regret   # pure reward math (no torch): safe to import before argument parsing
 from batch import agent_metrics, designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
 from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
-from launch import (RankAgreement, TensorParallelGroup, agreed, from_rank_0, gather, install_sigint_handler, launch_ranks, reseed,
-                    setup_distributed, share)
+from launch import (RankAgreement, TensorParallelGroup, agreed, from_rank_0, gather, install_sigint_handler,
+                    launch_ranks, reseed, setup_distributed, share)
 
 # The modules that import torch are imported where they are first used, after the arguments have been
 # checked: a bad flag is one sentence in a second, not after torch has loaded.

@@ -449,6 +449,47 @@ def test_an_environment_that_reads_the_clock_plays_to_the_end_on_two_ranks(alone
         assert all("different prompts" in result for result in results)
 
 
+STATIC = """
+class StaticEnv:
+    def __init__(self, max_turns=1, **kwargs):
+        self.max_turns = max_turns
+    def reset(self, seed=None):
+        return "Say anything.", {}
+    def step(self, action):
+        return "", 0.0, True, False, {}
+"""
+
+
+def noise_worker(rank, world, port, out):
+    """One gloo rank sampling at temperature 1 its share of two plays of an environment whose first
+    observation is the same for every seed, with the tiny model."""
+    import torch.distributed as dist
+    from types import SimpleNamespace
+    import engine, launch, models, spade
+    from envs import Environment
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+    model, tokenizer = models.load_model("tiny")
+    cfg = SimpleNamespace(max_turns=1, max_context=1024, max_new_tokens=12, thinking="off")
+    run = SimpleNamespace(gen=launch.RankAgreement(engine.make_engine(model, tokenizer, "hf")), tokenizer=tokenizer,
+                          rank=rank, world=world, state={"lengths": {}}, cfg=cfg, params={"agent": engine.SamplingParams(
+                              temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12)})
+    torch.manual_seed(0)                                   # as set_up seeds every rank: the same state
+    played = spade.play_shared(run, [Environment("static", "Logical Deduction", STATIC)], 2, step=0)
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps([e.tokens for e in played]))
+    dist.destroy_process_group()
+
+
+def test_ranks_that_divide_the_plays_sample_with_noise_of_their_own(tmp_path):
+    # Rank 0 plays the first play and rank 1 the second, from the same prompt: were their generators in
+    # the same state, the two replies would be the same tokens.
+    import torch.multiprocessing as mp
+    from launch import free_port
+    mp.spawn(noise_worker, args=(2, free_port(), str(tmp_path)), nprocs=2)
+    first, second = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
+    assert first == second and len(first) == 2 and first[0] != first[1]
+
+
 def test_rank_bench_runs_at_a_tiny_size(capsys):
     from bench import rank_bench
     rows = rank_bench.main(["--envs", "2", "--plays", "2", "--max-turns", "1", "--max-new-tokens", "4", "--slots", "2",
