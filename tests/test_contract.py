@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from contract import ToolUseBaseEnv, parse, repair_braces
+from contract import ToolUseBaseEnv, extract_code, parse, repair_braces
 from gate import validate_env
 from test_sandbox import EXAMPLES
 
@@ -151,3 +151,16 @@ def test_the_trainers_parses_take_turns_across_threads():
     finally:
         gc.set_threshold(*threshold)
     assert errors == []
+
+
+def test_extract_code_takes_the_first_block():
+    assert extract_code("text\n```python\na = 1\n```\n```python\nb = 2\n```") == "a = 1"
+    assert extract_code("no block here") == "no block here"
+
+
+def test_repair_braces_fixes_command_formats_only():
+    broken = 'x = 3\nmsg = f"Reply \\\\boxed{move A 3} at turn {x} with {x:.1f}"\n'
+    fixed = repair_braces(broken)
+    assert "{{move A 3}}" in fixed and "{x}" in fixed and "{x:.1f}" in fixed
+    compile(fixed, "<test>", "exec")
+    assert repair_braces("a = {1: 2}\n") == "a = {1: 2}\n"

@@ -1,0 +1,55 @@
+"""gate.py: the validation gate, each stage rejecting what it should (METHOD.md 3.1), the two
+examples passing, a designer's prose around the code, and the criteria check of tool use."""
+import pytest
+
+from gate import validate_env
+from test_sandbox import EXAMPLES, TIMEOUT, env_code
+
+
+@pytest.mark.parametrize("name", ["vault_dial.py", "parcel_desk.py"])
+def test_examples_validate(name):
+    result = validate_env((EXAMPLES / name).read_text())
+    assert result.ok, (result.stage, result.error)
+    assert result.class_name.endswith("Env")
+
+
+def test_validation_accepts_a_designer_response_with_prose():
+    response = "Here is my game.\n```python\n" + (EXAMPLES / "vault_dial.py").read_text() + "\n```\nEnjoy!"
+    assert validate_env(response).ok
+
+
+@pytest.mark.parametrize("code, stage", [
+    ("class BrokenEnv(:\n  pass", "syntax"),
+    ("raise RuntimeError('boom')", "exec"),
+    ("x = 1", "class"),
+    (env_code(init="raise ValueError('no')"), "construct"),
+    (env_code(reset="return '', {}"), "reset"),
+    (env_code(step="return 'ok', 11.0, False, False, {}"), "step"),
+    (env_code(step="return 'ok', 0.0, 0, False, {}"), "step"),
+    (env_code(reset="if seed == 123:\n    raise KeyError(seed)\nreturn 'obs', {}"), "reseed"),
+    (env_code(reset="return 'obs %d' % int.from_bytes(os.urandom(8), 'big'), {}"), "determinism"),
+    (env_code(step="while True: pass"), "timeout"),
+    (env_code(step="while 'boxed' not in action: pass\nreturn 'ok', 0.0, False, False, {}"), "timeout"),  # unboxed probes
+])
+def test_validation_rejects_at_the_right_stage(code, stage):
+    result = validate_env(code, timeout_s=TIMEOUT)
+    assert not result.ok and result.stage == stage, (result.stage, result.error)
+
+
+@pytest.mark.parametrize("code", ["1+" * 100_000 + "1", "-" * 100_000 + "1", "x = '\\0'\x00", "x" + "[0]" * 100_000])
+def test_code_the_parser_cannot_take_is_a_syntax_failure(code):
+    result = validate_env(code)
+    assert (result.ok, result.stage) == (False, "syntax"), result.error
+
+
+def test_validation_criteria_gate_for_tool_use():
+    code = (EXAMPLES / "parcel_desk.py").read_text().replace(
+        'lambda s: s["looked_up"] == t', 'lambda s: s["missing_key"] == t')
+    result = validate_env(code)
+    assert not result.ok and result.stage == "criteria", (result.stage, result.error)
+
+
+def test_a_game_whose_only_randomness_is_the_unseeded_global_random_passes_the_gate():
+    """Plays seed `random` from their seed (contract.play_reset), and so does the gate's reset."""
+    result = validate_env(env_code(reset="return 'secret %d' % random.randrange(10**9), {}"))
+    assert result.ok, (result.stage, result.error)
