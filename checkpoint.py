@@ -26,7 +26,8 @@ import regret
 def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank):
     """Write ckpt-<step> and point `latest` at it. Every rank calls it; rank 0 writes."""
     import torch
-    full_model = full_model_state(model)
+    import models
+    full_model = models.full_state(model)
     name = f"ckpt-{state['step']:05d}"
     tmp = run_dir / f".{name}.tmp"
     if rank == 0:
@@ -67,15 +68,6 @@ def restore(checkpoint, optimizer, memory, rank):
         memory.records = json.loads((checkpoint / "env_memory.json").read_text())
         memory.save()
     return {"lengths": {}, **saved["state"]}
-
-
-def full_model_state(model):
-    """None in one process (save_pretrained reads the model); the gathered state dict under FSDP2."""
-    import models
-    if not models.is_sharded(model):
-        return None
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def barrier():

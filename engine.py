@@ -28,7 +28,7 @@ from transformers import StaticCache
 
 import attention
 
-from models import gathered, is_sharded
+from models import full_state, gathered, is_sharded
 
 # Nucleus sampling without top-k applies top_p within the 1024 most likely tokens (a bounded top-k
 # instead of a sort of the whole vocabulary); the mass beyond them is ignored. At top_p <= 0.95 on
@@ -395,7 +395,7 @@ class VLLMEngine:
         the engine; every rank gets its path."""
         from launch import from_rank_0
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        state = whole_state(model) if is_sharded(model) else None    # a collective: every rank
+        state = full_state(model)    # a collective: every rank
         path = None
         if int(os.environ.get("RANK", "0")) == 0:
             self._snapshot = tempfile.TemporaryDirectory(prefix="spade-vllm-")
@@ -460,12 +460,6 @@ class VLLMEngine:
             self.llm.wake_up(tags=["kv_cache"] if self.asleep == {"kv_cache"} else None)
             self.asleep = set()
             self.llm.reset_prefix_cache()
-
-
-def whole_state(model) -> dict:
-    """A sharded model's whole weights in rank 0's host memory (a collective; the other ranks get {})."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def fitting_tp(model_bytes: float, card_bytes: float, world: int, share: float = 0.5) -> int:

@@ -310,6 +310,15 @@ def shard_model(model):
     return model
 
 
+def full_state(model):
+    """A sharded model's whole state dict in rank 0's host memory (a collective; the other ranks get {});
+    None in one process, where save_pretrained reads the model itself."""
+    if not is_sharded(model):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
 def is_sharded(model) -> bool:
     """Whether FSDP2 sharded the model (its parameters are DTensors). Not `dist.is_initialized()`:
     vLLM initialises a one-process group of its own in a plain single-process run."""
