@@ -16,25 +16,13 @@ prompts.py, our own words); skill schedule 2.2; up to 5 validated attempts per s
 document and memory sample, failures never trained 3.1 and 3.4; the sample = prompt tokens (mask 0) +
 response tokens (mask 1, their log-probs) 2.3; hints (mode "self") 5.
 
-Where we differ from the official code (METHOD.md 13.3 and around it; all of them: METHOD.md 14):
-- No global `random`: each attempt draws its document, ideas, tool-use domain/variant and memory
-  sample from a generator of its own, seeded from (seed, rollout, slot, attempt), so that an attempt
-  is the same whichever rank of a run makes it.
-- The no-corpus prompt asks for a private `random.Random(seed)`, not `random.seed(seed)` (13.3).
-- Designer and hint prompts use `enable_thinking=False` in every setting, which is what the paper's
-  corpus runs effectively did (2.1); templates without the switch ignore it.
-- Validation runs in the sandbox (an isolated child, plus a determinism check), not in the trainer.
-- The accepted code is the extracted, brace-repaired code, without the one-line module docstring the
-  official code prepended to its saved files.
-- Hints: <think>...</think> blocks are removed (a reasoning trace can state the answer); no retries
-  (the engine is in-process); an empty hint is kept, and regret then measures an unhelpful hint.
-- Memory seeds from envs/ get neutral stats (win rate 0.5, regret 0.0, rollout_id -1): in the
-  positive band but below any real environment with positive regret, which soon replaces them.
-- The solvability audit of tool-use environments (3.1 step 4, `audit_params`) is the policy's own
-  verdict on code that passed the gate; a rejection is one more failed attempt (stage "audit").
-  Its generations are not trained, and a reply without a verdict accepts, as in the official code.
-Not done here: repair turns and the self-judge (off in the paper's launchers), top-up generation for
-missing slots.
+Each attempt draws its document, ideas, tool-use domain and variant and memory sample from a generator
+of its own, seeded from (seed, rollout, slot, attempt), so that an attempt is the same whichever rank of
+a run makes it. The solvability audit of tool-use environments (3.1 step 4, `audit_params`) is the
+policy's own verdict on code that passed the gate; a rejection is one more failed attempt (stage
+"audit"), its generations are not trained, and a reply without a verdict accepts. Where this differs
+from the official code (the randomness, the no-corpus prompt, prompts without thinking, validation in
+the sandbox, the saved code, hints, memory seeds): METHOD.md 14.
 """
 import dataclasses
 import json
