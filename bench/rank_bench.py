@@ -46,7 +46,7 @@ def worker(rank, world, port, args, out):
                           params={"agent": params})
     envs = [e for e in load_pool(ROOT / "envs", validate=False) if e.skill in GAME_SKILLS][:args.envs]
     slots = [list(GAME_SKILLS)[i % len(GAME_SKILLS)] for i in range(args.slots)]
-    spade.play_shared(run, envs[:1], 1, step=0)                      # warm-up: the fork server, the first call
+    spade.play_shared(run, envs[:1], world, step=0)    # warm-up: every rank's fork server and first call
     times = {}
     for name, phase in (("play", lambda: spade.play_shared(run, envs, args.plays, step=1)),
                         ("design", lambda: spade.divided(run, [1.0] * len(slots), lambda mine: [designer.design(
