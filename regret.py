@@ -221,7 +221,8 @@ class LearningPotentialTracker:
         self.slow[skill] = (1 - self.slow_weight) * self.slow[skill] + self.slow_weight * reward
 
     def gap(self, skill: str) -> float:
-        """|mu_fast - mu_slow| / (2 (0.98 - 0.85)); only logged, never a reward."""
+        """|mu_fast - mu_slow| / (2 (0.98 - 0.85)): the official code's diagnostic, never a reward (the
+        loop does not log it)."""
         return abs(self.fast[skill] - self.slow[skill]) / (2 * (self.fast_weight - self.slow_weight))
 
 
