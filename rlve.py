@@ -126,16 +126,14 @@ class Curriculum:
 
 
 def play(problems, engine, tokenizer, plays, *, params, max_context=32768, max_new_tokens=8192, thinking=False,
-         stats=None, round_=None):
+         stats=None):
     """Each problem answered `plays` times, one turn each, in one engine call; returns agent.Episodes,
     problem-major, with env_id = the problem's group, the reward from `Problem.score`, and status
     "truncated" when a reply ran out of tokens (it is scored all the same). RLVE's prompts are short, so
-    the longest one of the round (`round_`, by default these problems) sets the budget of all:
-    min(max_new_tokens, context left - 64)."""
+    the longest one sets the budget of all: min(max_new_tokens, context left - 64)."""
     started = time.perf_counter()
     messages, prompts = _prompts(problems, tokenizer, thinking)
-    longest = max(map(len, prompts if round_ is None else _prompts(round_, tokenizer, thinking)[1]))
-    budget = min(max_new_tokens, max_context - longest - CONTEXT_MARGIN)
+    budget = min(max_new_tokens, max_context - max(map(len, prompts)) - CONTEXT_MARGIN)
     assert budget > 0, f"a problem's prompt leaves no room in --max-context {max_context}"
     tick = time.perf_counter()
     completions = engine.generate([ids for ids in prompts for _ in range(plays)],
@@ -157,13 +155,21 @@ def play(problems, engine, tokenizer, plays, *, params, max_context=32768, max_n
     return episodes
 
 
-def play_round(curriculum, names, rng, engine, tokenizer, plays, divide=None, **play_kwargs):
+def play_round(curriculum, names, rng, engine, tokenizer, plays, divide=None, *, max_context=32768,
+               max_new_tokens=8192, thinking=False, **play_kwargs):
     """One step of the baseline: a new problem of each named environment (`Curriculum.problem`), each
     answered `plays` times (`play`); the curriculum counts the plays. Returns the episodes.
-    `divide(sizes, work)`: where the (problem, play) pairs are played (spade.divided); here by default."""
+    `divide(sizes, work)`: where the (problem, play) pairs are played (spade.divided); here by default.
+    The round's longest prompt sets the budget, whichever pairs a rank plays."""
     problems = [curriculum.problem(name, rng) for name in names]
-    work = lambda mine: play([problems[k // plays] for k in mine], engine, tokenizer, 1, round_=problems, **play_kwargs)
-    played = (divide or (lambda sizes, work: work(range(len(sizes)))))([1.0] * (len(problems) * plays), work)
+    longest = max(map(len, _prompts(problems, tokenizer, thinking)[1]))
+    budget = min(max_new_tokens, max_context - longest - CONTEXT_MARGIN)
+
+    def work(mine):
+        return play([problems[k // plays] for k in mine], engine, tokenizer, 1, max_context=max_context,
+                    max_new_tokens=budget, thinking=thinking, **play_kwargs)
+    pairs = [1.0] * (len(problems) * plays)
+    played = divide(pairs, work) if divide else work(range(len(pairs)))
     for i, problem in enumerate(problems):
         curriculum.record(problem, [e.reward for e in played[i * plays:(i + 1) * plays]])
     return played

@@ -21,9 +21,9 @@ Deliberate simplifications: the batch is not trimmed or padded to a fixed size (
 over the samples present); with several GPUs the ranks divide each step's plays and designer slots
 (`divided`, launch.py: the in-process engine holds the model whole for a phase, vLLM's ranks form
 tensor-parallel groups), every rank then holding all of them, and the update splits the samples
-between ranks; checkpoints keep the last two (checkpoint.py). Ctrl-C finishes the step's checkpoint and exits. Thinking mode (--thinking, on
-for Qwen3-8B as in the paper's 8B runs) trains each turn of an episode as its own sample, weighted so
-that the episode counts once (agent.py). The two baselines replace the designer where a step's plays
+between ranks; checkpoints keep the last two (checkpoint.py). Ctrl-C finishes the step's checkpoint
+and exits. Thinking mode (--thinking, on for Qwen3-8B as in the paper's 8B runs) trains each turn of
+an episode as its own sample, weighted so that the episode counts once (agent.py). The two baselines replace the designer where a step's plays
 come from (`run.plays`: `fixed_pool_plays`, `rlve_plays`): --pool (fixed-pool GRPO) and --rlve (RLVE's
 environments with their adaptive difficulty, rlve.py). Set-up is `set_up` and `load_trainer`.
 """
@@ -284,7 +284,8 @@ def self_play_step(run, step):
     episodes, hung = drop_failed(played, state["blacklist"])
     rewards = group_rewards(episodes)
     agent_samples = trained_agent_samples(episodes, compact_filter=cfg.setting == "tool_use")
-    metrics.update(agent_metrics(played, episodes, rewards), **{"agent/samples": len(agent_samples)})
+    metrics.update(agent_metrics(played, episodes, rewards))
+    metrics["agent/samples"] = len(agent_samples)
     if state["epoch"] is not None:
         state["epoch"].record(rewards, hung)
     # 3. Memory records each new environment with its win rate and regret at the regen step.
@@ -313,9 +314,10 @@ def self_play_step(run, step):
         grpo.push_weights(run.model, run.gen)
     # 6. Log one line; save a checkpoint every N steps, at the end, and on Ctrl-C.
     state["step"] = step + 1
-    metrics.update({"seconds": time.perf_counter() - start, **{f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))},
-                    "tokens_per_s": sum(e.num_generated_tokens for e in played) / max(1e-9, times.get("play", 0.0)),
-                    **{f"time/{k}": v for k, v in times.items()}})
+    metrics["seconds"] = time.perf_counter() - start
+    metrics.update({f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))})
+    metrics["tokens_per_s"] = sum(e.num_generated_tokens for e in played) / max(1e-9, times.get("play", 0.0))
+    metrics.update({f"time/{k}": v for k, v in times.items()})
     run.log.step(metrics)
     stopping = agreed(run.stop, run.world)               # every rank stops after the same step
     if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping:
