@@ -12,7 +12,7 @@ corpus document and a few past environments from memory) and writes a whole envi
     hints = write_hints(engine, tokenizer, envs, "games", hint_params)   # T 0.3, top_p 0.9
 
 Sources in METHOD.md: memory 8 and 2.2; prompts 1.2, 1.3, 2 (texts and per-skill ideas in
-prompts.py, our own words); skill schedule 2.2; up to 5 validated attempts per slot, each with a fresh
+prompts/, our own words); skill schedule 2.2; up to 5 validated attempts per slot, each with a fresh
 document and memory sample, failures never trained 3.1 and 3.4; the sample = prompt tokens (mask 0) +
 response tokens (mask 1, their log-probs) 2.3; hints (mode "self") 5.
 
@@ -155,7 +155,7 @@ def slots_for_epoch(skills: list[str], epoch: int, k: int, num_envs: int) -> lis
     return [window[i % k] for i in range(num_envs)]
 
 
-# --- Prompts (METHOD 1.2, 1.3, 2; texts in prompts.py) -------------------------------------------
+# --- Prompts (METHOD 1.2, 1.3, 2; texts in prompts/) ----------------------------------------------
 
 def game_messages(skill: str, document: str | None, memory_block: str, rng: random.Random,
                   difficulty: str = "medium") -> list[dict]:

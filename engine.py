@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import torch
-from tqdm import tqdm
 from transformers import StaticCache
 
 import attention
@@ -122,12 +121,12 @@ class HFEngine:
     """
 
     def __init__(self, model, tokenizer, *, eos_token_ids=None, cache_chunk=256, prefill_tokens=8192,
-                 cuda_graphs=None, stop_check=None, progress=False):
+                 cuda_graphs=None, stop_check=None):
         self.model, self.tokenizer = model, tokenizer
         self.eos_token_ids = set(eos_token_ids or default_eos_token_ids(model, tokenizer))
         layer_types = set(getattr(model.config, "layer_types", None) or ["full_attention"])
         assert layer_types == {"full_attention"}, f"HFEngine supports full attention only, not {layer_types}"
-        self.cache_chunk, self.prefill_tokens, self.progress = cache_chunk, prefill_tokens, progress
+        self.cache_chunk, self.prefill_tokens = cache_chunk, prefill_tokens
         on_cuda = model.device.type == "cuda"
         self.sharded = is_sharded(model)  # FSDP2: the weights are gathered for a generate call (gathered)
         graphable = on_cuda and not self.sharded and not hasattr(model.config, "num_experts")
@@ -209,7 +208,7 @@ class HFEngine:
         stopped = torch.zeros(B, dtype=torch.bool, device=device)  # ended on EOS
         done = stopped.clone()  # per row of the current batch, not per prompt
         step = self._decode_step(cache, B, capacity)
-        for t in tqdm(range(n), desc="generate", disable=not self.progress):
+        for t in range(n):
             tokens, logprobs = sample_next(logits, params, generator)
             out_tokens[rows, t], out_logprobs[rows, t] = tokens, logprobs
             num_tokens[rows] += (~done).long()  # rows that stopped before keep decoding, uncounted

@@ -9,11 +9,11 @@
     python spade.py report out/<run>                  # plots + an HTML page of the curriculum
 
 Every step (`self_play_step`), in the paper's order (METHOD.md 0): every R steps the designer writes a
-new pool of environments (`regen_pool`: designer.py; validated in gate.py), writes a hint for each and plays each one
-with its hint (not trained: it measures what the hint is worth); the agent plays every pool
-environment K times (agent.py); rewards become advantages (regret.py, batch.py): per-environment
-z-scores for the agent, and for the designer the blend of a win-rate plateau and hint-based regret,
-scored R steps later when the whole epoch is known; memory records the new
+new pool of environments (`regen_pool`: designer.py; validated in gate.py), writes a hint for each
+and plays each one with its hint (not trained: it measures what the hint is worth); the agent plays
+every pool environment K times (agent.py); rewards become advantages (regret.py, batch.py):
+per-environment z-scores for the agent, and for the designer the blend of a win-rate plateau and
+hint-based regret, scored R steps later when the whole epoch is known; memory records the new
 environments; one PPO-clip + TIS update on designer and agent samples together (grpo.py); the new
 weights go into the engine.
 
@@ -23,9 +23,10 @@ over the samples present); with several GPUs the ranks divide each step's plays 
 tensor-parallel groups), every rank then holding all of them, and the update splits the samples
 between ranks; checkpoints keep the last two (checkpoint.py). Ctrl-C finishes the step's checkpoint
 and exits. Thinking mode (--thinking, on for Qwen3-8B as in the paper's 8B runs) trains each turn of
-an episode as its own sample, weighted so that the episode counts once (agent.py). The two baselines replace the designer where a step's plays
-come from (`run.plays`: `fixed_pool_plays`, `rlve_plays`): --pool (fixed-pool GRPO) and --rlve (RLVE's
-environments with their adaptive difficulty, rlve.py). Set-up is `set_up` and `load_trainer`.
+an episode as its own sample, weighted so that the episode counts once (agent.py). The two baselines
+replace the designer where a step's plays come from (`run.plays`: `fixed_pool_plays`, `rlve_plays`):
+--pool (fixed-pool GRPO) and --rlve (RLVE's environments with their adaptive difficulty, rlve.py).
+Set-up is `set_up` and `load_trainer`.
 """
 import argparse
 import contextlib

@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -218,6 +219,10 @@ def test_prompt_texts_are_clean():
     texts = [v for k, v in vars(prompts).items() if k.isupper() and isinstance(v, str)]
     assert texts and not any("\\\n" in t for t in texts)          # no raw-string line continuations
     assert "\\boxed{<command>}" in prompts.CORPUS_GAME_CONTRACT
+    assert not any(t.endswith("\n") for t in texts)                  # a file's last newline is not the text's
+    folder = Path(prompts.__file__).parent                           # and every file of the folder is read
+    files = {p.name for p in folder.iterdir() if p.is_file() and p.name != "__init__.py"}
+    assert len(files) == 17 and all(f'text("{name}")' in Path(prompts.__file__).read_text() for name in files)
 
 
 def test_reference_game_is_valid_and_winnable_only_by_planning():
