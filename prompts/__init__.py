@@ -1,9 +1,10 @@
 """The texts the designer and the hint writer are given: our own wording of METHOD.md 1.2, 1.3, 2 and 5.
 
 Each text is a file of this folder, read as it is (its last newline dropped), so that a prompt can be
-read and edited without touching any logic; `{name}` marks what designer.py fills in with
-`str.format`. designer.py assembles them into chat messages (which text goes where, with which
-document, skill and memory block). Nothing parses these texts except the model.
+read and edited without touching any logic. In the texts that designer.py fills in with `str.format`,
+`{name}` marks a blank and `{{`, `}}` stand for one brace. designer.py assembles them into chat
+messages (which text goes where, with which document, skill and memory block). Nothing parses these
+texts except the model.
 
 The wording is new (the official prompt text is not copied); what each text must carry is what
 METHOD.md lists: the interactive `\\boxed{}` contract of games (1.2 A and B), the `ToolUseBaseEnv`
