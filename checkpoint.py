@@ -16,11 +16,10 @@ reference is never saved: `kl_reference` rebuilds it from the initial model.
 import dataclasses
 import json
 import os
+import pickle
 import random
 import shutil
-import sys
-
-import regret
+import types
 
 
 def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank):
@@ -60,14 +59,25 @@ def restore(checkpoint, optimizer, memory, rank):
     saved; returns the loop state. Every rank calls it and reads its own optimizer shards."""
     import torch
     load_optimizer(optimizer, checkpoint, rank)
-    sys.modules.setdefault("designer_rewards", regret)   # where an earlier version kept the epoch's classes
-    saved = torch.load(checkpoint / "state.pt", weights_only=False)   # our own file, written above
+    saved = torch.load(checkpoint / "state.pt", weights_only=False,   # our own file, written above
+                       pickle_module=EARLIER_NAMES)
     random.setstate(saved["python_rng"])
     torch.set_rng_state(saved["torch_rng"])
     if memory is not None:
         memory.records = json.loads((checkpoint / "env_memory.json").read_text())
         memory.save()
     return {"lengths": {}, **saved["state"]}
+
+
+class EarlierNames(pickle.Unpickler):
+    """Reads a state.pt of an earlier version, which kept the epoch's classes in designer_rewards.py."""
+
+    def find_class(self, module, name):
+        return super().find_class("regret" if module == "designer_rewards" else module, name)
+
+
+EARLIER_NAMES = types.ModuleType("earlier_names")   # torch.load's pickle_module: pickle with EarlierNames
+EARLIER_NAMES.Unpickler, EARLIER_NAMES.load = EarlierNames, pickle.load
 
 
 def barrier():

@@ -80,3 +80,4 @@ def test_a_state_saved_before_the_reward_modules_merged_still_loads(tmp_path, mo
     monkeypatch.delitem(sys.modules, "designer_rewards", raising=False)
     state = checkpoint.restore(tmp_path, optimizer, None, 0)
     assert isinstance(state["epoch"], regret.Epoch) and state["step"] == 3 and state["lengths"] == {}
+    assert "designer_rewards" not in sys.modules                     # no module was faked for it
