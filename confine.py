@@ -20,6 +20,7 @@ import ctypes
 import fcntl
 import os
 import platform
+import resource
 import shutil
 import signal
 import stat
@@ -105,8 +106,9 @@ def _closed_ancestor(path):
 
 
 def _outermost(paths):
-    """The existing paths, each only once and not inside another one."""
-    real = sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
+    """The existing paths, each only once and not inside another one. "/" and the emptied directories
+    themselves are never bound whole (a script run from /tmp puts /tmp on sys.path): they stay empty."""
+    real = sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)} - {"/", *HIDDEN})
     return [p for p in real if not any(q != p and _within(p, q) for q in real)]
 
 
@@ -225,7 +227,6 @@ def oom_kills(directory):
 def confine_child(spec):
     """Confine this process as `spec` says (forkserver.py fills it in from the layers it found
     working). A step that fails raises, and the child then exits without running anything."""
-    import resource
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):

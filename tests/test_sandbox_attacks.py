@@ -1142,3 +1142,20 @@ def test_a_module_the_trainer_imports_from_tmp_imports_in_a_sandbox(tmp_path):
     result = subprocess.run([sys.executable, "-c", TRAINER_WITH_A_PATH, str(tmp_path), code], capture_output=True,
                             text=True, cwd=ROOT, timeout=120)
     assert result.stdout.strip() == "found under /tmp", result.stderr[-2000:]
+
+
+def test_a_trainer_run_from_tmp_itself_still_gets_a_private_writable_tmp(tmp_path):
+    """A script run from /tmp puts /tmp on sys.path: that is not bound back (which would show the host's
+    /tmp and leave the child no scratch space); the child's /tmp stays its own and writable."""
+    secret = tmp_path / "trainer_secret.txt"
+    secret.write_text("host /tmp file")
+    tmp_path.chmod(0o755)
+    secret.chmod(0o644)
+    code = env_code(reset=f"""
+        open("/tmp/scratch.txt", "w").write("written")
+        import os
+        return f"{{open('/tmp/scratch.txt').read()}} {{os.path.exists({str(secret)!r})}}", {{}}""")
+    script = TRAINER_WITH_A_PATH.replace("import only_under_tmp\\n", "")
+    result = subprocess.run([sys.executable, "-c", script, "/tmp", code], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)
+    assert result.stdout.strip() == "written False", result.stderr[-2000:]
