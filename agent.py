@@ -54,6 +54,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from tqdm import tqdm
+
 import sandbox
 from actions import after_thinking, game_action, parse_tool_turn
 
@@ -302,7 +304,7 @@ def _render_prompts(tokenizer, live, thinking):
 # ---- the batched loop -----------------------------------------------------------------------------
 
 def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=None, max_turns=25,
-         max_context=32768, max_new_tokens=8192, timeout_s=30.0, stats=None, thinking=False):
+         max_context=32768, max_new_tokens=8192, timeout_s=30.0, stats=None, thinking=False, progress=None):
     """Play every environment `plays_per_env` times; return the episodes, env-major
     (all plays of envs[0], then envs[1], ...).
 
@@ -313,6 +315,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
     one per turn so turns do not replay one random stream). stats: an optional dict that receives
     wall_s, generate_s, env_s, num_generate_calls, num_episodes, num_generated_tokens.
     thinking: METHOD.md 4.2's mode (module docstring): a prompt rendered per turn, a sequence per turn.
+    progress: a label for a bar of finished plays, updated every turn (shown on a terminal only).
     Never raises for environment failures; a bug in the engine or tokenizer does raise.
     """
     assert hints is None or (len(hints) == len(envs) and all(isinstance(h, str) for h in hints)), \
@@ -326,12 +329,15 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
              for i, env in enumerate(envs) for k in range(plays_per_env)]
     # Threads mostly wait on sandbox processes, so more of them than cores helps (2 cores: 8 > 2).
     pool = ThreadPoolExecutor(min(32, 4 * (os.cpu_count() or 1)))
+    bar = tqdm(total=len(plays), desc=progress, unit="play", leave=False, disable=None if progress else True)
     try:
         _in_pool(pool, timings, _start, [(p, timeout_s, max_turns) for p in plays])
         _render_prompts(tokenizer, _running(plays), thinking)
-        _turns(plays, engine, tokenizer, params, pool, timings, max_turns=max_turns, max_context=max_context,
+        _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns=max_turns, max_context=max_context,
                max_new_tokens=max_new_tokens, thinking=thinking)
+        bar.update(len(plays) - bar.n)
     finally:   # close every sandbox, also when the engine or the tokenizer raised
+        bar.close()
         for p in plays:
             if p.box is not None:
                 pool.submit(p.box.close)
@@ -348,7 +354,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=No
     return episodes
 
 
-def _turns(plays, engine, tokenizer, params, pool, timings, *, max_turns, max_context, max_new_tokens,
+def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, max_context, max_new_tokens,
            thinking):
     """Every turn of every live play: generate the replies in one batch, carry them to the sandboxes."""
     end_texts = sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
@@ -360,6 +366,7 @@ def _turns(plays, engine, tokenizer, params, pool, timings, *, max_turns, max_co
             if p.episode.status != "running" and p.box is not None:
                 pool.submit(p.box.close)
                 p.box = None
+        bar.update(len(plays) - len(_running(plays)) - bar.n)
         if not _running(plays):
             return
         turn_params = params if params.seed is None else dataclasses.replace(params, seed=params.seed + turn)

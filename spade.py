@@ -425,7 +425,7 @@ def play_shared(run, envs, plays, step, hints=None):
     played = divided(run, [lengths.get(envs[i].env_id, 1.0) for i, _ in pairs], lambda mine: agent.play(
         [envs[pairs[k][0]] for k in mine], run.gen, run.tokenizer, 1, [hints[pairs[k][0]] for k in mine]
         if hints else None, params=run.params["agent"], seeds=[[pairs[k][1]] for k in mine],
-        **play_limits(run.cfg)))
+        progress=("hinted plays" if hints else "plays") if run.rank == 0 else None, **play_limits(run.cfg)))
     for env in envs:
         tokens = [e.num_generated_tokens for e in played if e.env_id == env.env_id]
         lengths[env.env_id] = sum(tokens) / len(tokens) if tokens else 1.0

@@ -6,8 +6,10 @@ and real models (the random `tiny` one here, SmolLM2-135M in the slow test), whi
 plumbing runs and the invariants hold, not that they win. Environments are the two examples of
 METHOD.md 1.4 (tests/fixtures/examples, as in test_sandbox.py).
 """
+import io
 import pathlib
 import re
+import sys
 import pytest
 import torch
 
@@ -159,6 +161,21 @@ def test_plays_are_batched_hinted_and_seeded(tokenizer):
     assert not unhinted[0].hinted and "HINT" not in unhinted[0].messages[0]["content"]
     hinted_first = episodes[0].messages[0]["content"]
     assert hinted_first.replace("\n\nHINT: Bisect each dial.", "") == unhinted[0].messages[0]["content"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_bar_of_finished_plays_shows_on_a_terminal_only(tokenizer, monkeypatch):
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{probe A 1}")
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    play([example("vault_dial")], scripted, tokenizer, 2, params=PARAMS, max_turns=2, progress="plays")
+    assert "plays:" in sys.stderr.getvalue() and "/2 [" in sys.stderr.getvalue()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())     # a log file: no bar
+    play([example("vault_dial")], scripted, tokenizer, 2, params=PARAMS, max_turns=2, progress="plays")
+    assert sys.stderr.getvalue() == ""
 
 
 def test_no_eos_and_context_cap_truncate(tokenizer):
