@@ -12,59 +12,131 @@ state is written by each rank as it holds it (`optimizer-rank<r>.pt`), and each 
 file back, so a resumed run needs the same number of processes. Gathering it instead fails with
 torchao's 8-bit AdamW: its quantized states cannot be padded to even shards (seen; not a test). The KL
 reference is never saved: `kl_reference` rebuilds it from the initial model.
+
+The run directory is held by one process at a time (`claim`), a fresh run never writes into another
+run's, and a pointer or checkpoint that cannot be read, or a disk too full to write one, is one
+sentence that names what is kept.
 """
 import dataclasses
+import fcntl
 import json
 import os
 import pickle
 import random
 import shutil
 import types
+from pathlib import Path
+
+_LOCKS = []   # the claimed run directories' lock files, open for the life of the process
+
+
+def claim(run_dir, resuming):
+    """Make (or reopen) the run directory and hold its lock while this process lives: two processes
+    never share a run, and a fresh run never writes over the checkpoints and metrics of another."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(run_dir / ".lock", "a")
+    except OSError as e:
+        raise SystemExit(f"spade.py: cannot use {run_dir} as the run's directory: {e.strerror or e}")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise SystemExit(f"spade.py: another process is running in {run_dir}")
+    if not resuming and any((run_dir / name).exists() for name in ("latest", "metrics.jsonl")):
+        raise SystemExit(f"spade.py: {run_dir} already holds a run; continue it with --resume {run_dir}, "
+                         f"or give another --out")
+    _LOCKS.append(lock)
 
 
 def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank):
     """Write ckpt-<step> and point `latest` at it. Every rank calls it; rank 0 writes."""
     import torch
+    from safetensors import SafetensorError
     import models
     full_model = models.full_state(model)
     name = f"ckpt-{state['step']:05d}"
     tmp = run_dir / f".{name}.tmp"
-    if rank == 0:
+    try:   # a full disk: OSError, torch.save's RuntimeError or safetensors'; the last good checkpoint stays
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        barrier()
+        save_optimizer(optimizer, tmp, rank)
+        barrier()
+        if rank != 0:
+            return
+        model.save_pretrained(tmp / "model", state_dict=full_model)
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save({"state": state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state()},
+                   tmp / "state.pt")
+        (tmp / "env_memory.json").write_text(json.dumps(memory.records if memory else []))
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+        os.replace(tmp, run_dir / name)
+        pointer = run_dir / ".latest.tmp"
+        pointer.write_text(json.dumps({"checkpoint": name, "step": state["step"], "config": dataclasses.asdict(cfg)}))
+        os.replace(pointer, run_dir / "latest")
+    except (OSError, RuntimeError, SafetensorError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-    barrier()
-    save_optimizer(optimizer, tmp, rank)
-    barrier()
-    if rank != 0:
-        return
-    model.save_pretrained(tmp / "model", state_dict=full_model)
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save({"state": state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
-    (tmp / "env_memory.json").write_text(json.dumps(memory.records if memory else []))
-    shutil.rmtree(run_dir / name, ignore_errors=True)
-    os.replace(tmp, run_dir / name)
-    pointer = run_dir / ".latest.tmp"
-    pointer.write_text(json.dumps({"checkpoint": name, "step": state["step"], "config": dataclasses.asdict(cfg)}))
-    os.replace(pointer, run_dir / "latest")
-    for old in sorted(run_dir.glob("ckpt-*"))[:-2]:   # keep the last two
+        raise SystemExit(f"spade.py: cannot write {run_dir / name} ({e}); {_kept(run_dir)}") from None
+    older = sorted(p for p in run_dir.glob("ckpt-*") if _step(p) is not None and _step(p) < state["step"])
+    for old in older[:-1]:   # keep this one and the one before it
         shutil.rmtree(old, ignore_errors=True)
 
 
-def latest_checkpoint(run_dir):
-    return run_dir / json.loads((run_dir / "latest").read_text())["checkpoint"]
+def _step(path):
+    digits = path.name.removeprefix("ckpt-")
+    return int(digits) if digits.isdigit() else None
+
+
+def _kept(run_dir):
+    kept = sorted(p.name for p in run_dir.glob("ckpt-*") if _step(p) is not None)
+    return f"the checkpoints kept in {run_dir}: {', '.join(kept)}" if kept else f"{run_dir} keeps no checkpoint"
+
+
+def read_pointer(run_dir):
+    """A run directory's `latest` pointer, {checkpoint, step, config}, once it is one and the checkpoint
+    it names holds its files; otherwise one sentence."""
+    run_dir = Path(run_dir)
+    latest = run_dir / "latest"
+    if not latest.is_file():
+        raise SystemExit(f"spade.py: no checkpoint to resume in {run_dir} (--resume takes a run's directory, "
+                         f"the one that holds `latest`)")
+    try:
+        pointer = json.loads(latest.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        pointer = None
+    if not (type(pointer) is dict and isinstance(pointer.get("checkpoint"), str) and type(pointer.get("step")) is int
+            and isinstance(pointer.get("config"), dict)):
+        raise SystemExit(f"spade.py: {latest} is not a checkpoint pointer; {_kept(run_dir)}")
+    folder = run_dir / pointer["checkpoint"]
+    missing = [name for name in ("model", "state.pt", "env_memory.json") if not (folder / name).exists()]
+    if missing:
+        raise SystemExit(f"spade.py: {latest} names {pointer['checkpoint']}, which lacks {', '.join(missing)}; "
+                         f"{_kept(run_dir)}")
+    return pointer
+
+
+def damaged(checkpoint, error):
+    """The one sentence for a checkpoint file that cannot be read (truncated, say)."""
+    return SystemExit(f"spade.py: {checkpoint} cannot be read ({type(error).__name__}: {str(error)[:300]}); "
+                      f"{_kept(checkpoint.parent)}")
 
 
 def restore(checkpoint, optimizer, memory, rank):
     """Optimizer, RNGs and environment memory as they were when the checkpoint was
     saved; returns the loop state. Every rank calls it and reads its own optimizer shards."""
     import torch
-    load_optimizer(optimizer, checkpoint, rank)
-    saved = torch.load(checkpoint / "state.pt", weights_only=False,   # our own file, written above
-                       pickle_module=EARLIER_NAMES)
+    try:
+        load_optimizer(optimizer, checkpoint, rank)
+        saved = torch.load(checkpoint / "state.pt", weights_only=False,   # our own file, written above
+                           pickle_module=EARLIER_NAMES)
+        records = None if memory is None else json.loads((checkpoint / "env_memory.json").read_text())
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
+        raise damaged(checkpoint, e) from None
     random.setstate(saved["python_rng"])
     torch.set_rng_state(saved["torch_rng"])
     if memory is not None:
-        memory.records = json.loads((checkpoint / "env_memory.json").read_text())
+        memory.records = records
         memory.save()
     return {"lengths": {}, **saved["state"]}
 

@@ -16,6 +16,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract import clean_text   # lone surrogates (JSON lets "\ud800" through) as U+FFFD
+
 BUILTIN_MODULES = ("math cmath statistics fractions decimal heapq bisect graphlib itertools functools "
                    "operator random collections string textwrap difflib calendar datetime re json "
                    "array queue sched zlib").split()
@@ -76,8 +78,8 @@ def load_corpus(path, max_words: int) -> Corpus:
             if record is None:
                 skipped += 1
                 continue
-            docs.append(truncate_words(record.get("orig_doc") or record["text"], max_words))
-            doc_ids.append(str(record.get("id") or record.get("doc_id") or f"{path.stem}:{line_number}"))
+            docs.append(clean_text(truncate_words(record.get("orig_doc") or record["text"], max_words)))
+            doc_ids.append(clean_text(str(record.get("id") or record.get("doc_id") or f"{path.stem}:{line_number}")))
     if not docs:
         raise ValueError(f"corpus {path} has no usable documents ({skipped} lines skipped: blank, "
                          "not a JSON object, or without a non-empty 'orig_doc'/'text')")

@@ -88,6 +88,10 @@ def setup_distributed():
     """(rank, world size) of this process; joins the process group when started as a rank."""
     if "RANK" not in os.environ:
         return 0, 1
+    missing = [k for k in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise SystemExit(f"spade.py: RANK is set but {', '.join(missing)} not: a rank is started by spade.py "
+                         f"(launch.py) or torchrun; unset RANK to run one process")
     import datetime
     import torch
     import torch.distributed as dist

@@ -14,6 +14,8 @@ transcript; the dumped plays), so a person can look rather than grep.
 import dataclasses
 import html
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -74,6 +76,19 @@ class Log:
         if self.wandb:
             self.wandb.log(metrics, step=metrics["step"])
 
+    def rewind(self, step):
+        """On resume from `step`: forget what the steps from it on wrote after that checkpoint (they are
+        played again), and a line a kill cut short."""
+        path = self.run_dir / "metrics.jsonl"
+        if self.quiet or not path.is_file():
+            return
+        kept = [line for line in path.read_text(errors="replace").splitlines() if _step_of(_json(line)) < step]
+        path.with_suffix(".tmp").write_text("".join(line + "\n" for line in kept))
+        os.replace(path.with_suffix(".tmp"), path)
+        for folder in (self.run_dir / "samples").glob("step_*"):
+            if not folder.name[5:].isdigit() or int(folder.name[5:]) >= step:
+                shutil.rmtree(folder, ignore_errors=True)
+
     def samples(self, step, regen, episodes, scores):
         """Dump each new environment of a regen step (spade.Regen) with its scores, and the rejected
         attempts."""
@@ -108,16 +123,42 @@ class Log:
         (folder / "plays.json").write_text(json.dumps(records, indent=1))
 
 
+def _json(text):
+    """The JSON value of `text`, or None where it is not JSON (a line or a file a kill cut short)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _step_of(metrics):
+    """The step of a metrics line, or infinity where it is not one."""
+    ok = isinstance(metrics, dict) and type(metrics.get("step")) is int
+    return metrics["step"] if ok else float("inf")
+
+
 def read_run(run_dir):
+    """(metrics, samples, rejected attempts, plays) of a run; what cannot be read (a line or a file a kill
+    cut short) is skipped and counted."""
     run_dir = Path(run_dir)
     if not (run_dir / "metrics.jsonl").is_file():
         raise SystemExit(f"report: {run_dir} has no metrics.jsonl (is it a spade run directory?)")
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    samples = [json.loads(p.read_text()) for p in sorted((run_dir / "samples").glob("step_*/game_*.json"))]
-    rejected = [dict(r, step=int(p.parent.name[5:])) for p in sorted((run_dir / "samples").glob("step_*/rejected.json"))
-                for r in json.loads(p.read_text())]
-    plays = [dict(r, step=int(p.parent.name[5:])) for p in sorted((run_dir / "samples").glob("step_*/plays.json"))
-             for r in json.loads(p.read_text())]
+    text = (run_dir / "metrics.jsonl").read_text(errors="replace")
+    lines = [_json(line) for line in text.splitlines() if line.strip()]
+    metrics = [m for m in lines if _step_of(m) != float("inf")]
+    skipped = len(lines) - len(metrics)
+
+    def dumped(name, kind):   # [(step, value)] of the samples/step_*/<name> files that hold a `kind`
+        nonlocal skipped
+        found = [(p, _json(p.read_text(errors="replace"))) for p in sorted((run_dir / "samples").glob(f"step_*/{name}"))]
+        skipped += sum(not isinstance(value, kind) for _, value in found)
+        return [(int(p.parent.name[5:]), value) for p, value in found if isinstance(value, kind)]
+
+    samples = [record for _, record in dumped("game_*.json", dict)]
+    rejected = [dict(r, step=step) for step, records in dumped("rejected.json", list) for r in records]
+    plays = [dict(r, step=step) for step, records in dumped("plays.json", list) for r in records]
+    if skipped:
+        print(f"report: skipped {skipped} lines or files of {run_dir} that are not what a run writes (cut short?)")
     return metrics, samples, rejected, plays
 
 
@@ -203,7 +244,10 @@ def main(argv=None):
         raise SystemExit(usage)
     metrics, samples, rejected, plays = read_run(argv[0])
     out = Path(argv[0]) / "report"
-    out.mkdir(exist_ok=True)
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as e:
+        raise SystemExit(f"report: cannot write {out}: {e.strerror or e}")
     plot_curriculum(metrics, out / "curriculum.png")
     write_html(argv[0], metrics, samples, rejected, out / "index.html", plays)
     print(f"report: {out / 'index.html'} and {out / 'curriculum.png'} ({len(metrics)} steps, {len(samples)} environments)")

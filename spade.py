@@ -45,7 +45,7 @@ from pathlib import Path
 
 import regret   # pure reward math (no torch): safe to import before argument parsing
 from batch import agent_metrics, designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
-from checkpoint import kl_reference, latest_checkpoint, restore, save_checkpoint
+from checkpoint import claim, damaged, kl_reference, read_pointer, restore, save_checkpoint
 from launch import (RankAgreement, TensorParallelGroup, agreed, from_rank_0, gather, install_sigint_handler,
                     launch_ranks, reseed, setup_distributed, share)
 
@@ -96,11 +96,17 @@ class Config:
             raise SystemExit(f"spade.py: --setting must be games or tool_use, not {self.setting!r}")
         skills = self.skill_list()
         self.fixed = Fixed(**{**fixed, "skills_per_regen": min(fixed.get("skills_per_regen", 3), len(skills))})
-        self.out = self.out.format(time=time.strftime("%Y%m%d-%H%M%S"))
+        self.out = self.out.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
         problems = [msg for bad, msg in [
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
-            (self.num_envs < 1 or self.steps < 1 or self.regen_interval < 1,
-             "--num-envs, --steps and --regen-interval must be positive"),
+            (min(self.num_envs, self.steps, self.regen_interval, self.save_every, self.max_turns,
+                 self.max_new_tokens) < 1,
+             "--num-envs, --steps, --regen-interval, --save-every, --max-turns and --max-new-tokens must be positive"),
+            (self.max_context < 1024, "--max-context must be at least 1024 tokens (a prompt and a turn)"),
+            (not (self.temperature > 0 and 0 < self.top_p <= 1 and self.top_k >= 0),
+             "sampling needs --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0 (0: off)"),
+            (not (self.lr > 0 and self.kl_coef >= 0), "--lr must be positive and --kl-coef at least 0"),
+            (not 0 <= self.seed < 2**63, "--seed must be in [0, 2**63)"),
             (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
                                      f"not {self.plateau_band!r}"),
             (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
@@ -222,11 +228,7 @@ def resumed_config(given):
     """--resume: the run's saved config, with what RESUMABLE lets a command line change (more --steps extend
     it; --wandb holds for this invocation only). Any other flag that changes the config is refused in one
     sentence, as is a saved config of another version's knobs."""
-    latest = Path(given["resume"]) / "latest"
-    if not latest.is_file():
-        raise SystemExit(f"spade.py: no checkpoint to resume in {given['resume']} (--resume takes a run's "
-                         f"directory, the one that holds `latest`)")
-    pointer = json.loads(latest.read_text())
+    latest, pointer = Path(given["resume"]) / "latest", read_pointer(given["resume"])
     if pointer["config"].pop("no_corpus", False):   # an earlier version's spelling of --corpus none
         pointer["config"]["corpus"] = "none"
     knobs = {f.name for f in dataclasses.fields(Config)}
@@ -484,8 +486,9 @@ def set_up(cfg):
     rank, world = setup_distributed()
     cfg.out = from_rank_0(cfg.out, world)   # one start time in out/{time}: rank 0's
     run_dir = Path(cfg.resume or cfg.out)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = latest_checkpoint(run_dir) if cfg.resume else None
+    if rank == 0:
+        claim(run_dir, resuming=bool(cfg.resume))
+    checkpoint = run_dir / read_pointer(run_dir)["checkpoint"] if cfg.resume else None
     log = report.Log(run_dir, cfg, rank)
     random.seed(cfg.seed), torch.manual_seed(cfg.seed)
     # The sandbox every environment runs in: started first, so a machine that cannot isolate model-written
@@ -512,6 +515,7 @@ def set_up(cfg):
                  rlve=rlve.Curriculum() if cfg.rlve else None)
     if checkpoint:
         state = restore(checkpoint, optimizer, memory, rank)
+        log.rewind(state["step"])
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
     elif memory is not None and not memory.records:
         memory.seed_from(seeds)
@@ -525,11 +529,16 @@ def load_trainer(cfg, checkpoint, device, world):
     """The model, its two views (trainer + engine), the KL reference, the optimizer, the sampling params."""
     import engine, grpo, models
     load = models.load_sharded if world > 1 else models.load_model   # several ranks: FSDP2 shards
+    from safetensors import SafetensorError   # a truncated weights file
+    problems = (OSError, ValueError, models.ModelLoadError, SafetensorError)   # one sentence each, no trace
     try:
         model, tokenizer = load(str(checkpoint / "model") if checkpoint else cfg.model)
+    except problems as e:
+        raise damaged(checkpoint, e) if checkpoint else SystemExit(f"spade.py: {e}") from None
+    try:
         ref_model = kl_reference(cfg, model, resumed=checkpoint is not None, sharded=world > 1)
-    except (OSError, ValueError, models.ModelLoadError) as e:   # an unknown model: one sentence, no trace
-        raise SystemExit(f"spade.py: {e}")
+    except problems as e:
+        raise SystemExit(f"spade.py: {e}") from None
     vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
     kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
     tp = engine_tp(cfg, kind, model, world)

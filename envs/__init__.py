@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract import clean_text   # lone surrogates (JSON lets "\ud800" through) as U+FFFD
+
 GAME_SKILLS = {
     "Mathematical Reasoning": "solve math problems/equations",
     "Logical Deduction": "derive conclusions from premises and rules",
@@ -106,8 +108,8 @@ def _read_jsonl(path: Path) -> tuple[list[Environment], int]:
             continue
         # Released pools name the file ("game_00012_005_optimization.py"); keep its stem as the id.
         name = next((record[k] for k in FILE_KEYS if isinstance(record.get(k), str)), "")
-        env_id = Path(name).stem or f"{path.stem}_{number:05d}"
-        skill = record.get("skill")
+        env_id = Path(clean_text(name)).stem or f"{path.stem}_{number:05d}"
+        skill = clean_text(record["skill"]) if isinstance(record.get("skill"), str) else None
         found.append(Environment(env_id, skill_of(skill) if isinstance(skill, str) else skill_from_name(env_id), code))
     return found, skipped
 

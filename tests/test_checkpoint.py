@@ -1,6 +1,10 @@
-"""checkpoint.py under FSDP2: each rank saves its optimizer shards and gets exactly them back.
-(The single-process save/resume path runs end to end in test_spade.py.)"""
+"""checkpoint.py: under FSDP2 each rank saves its optimizer shards and gets exactly them back; the run
+directory is one run's, and what cannot be read or written is one sentence. (The single-process
+save/resume path runs end to end in test_spade.py.)"""
+import fcntl
 import functools
+import resource
+import signal
 
 import pytest
 import torch
@@ -81,3 +85,76 @@ def test_a_state_saved_before_the_reward_modules_merged_still_loads(tmp_path, mo
     state = checkpoint.restore(tmp_path, optimizer, None, 0)
     assert isinstance(state["epoch"], regret.Epoch) and state["step"] == 3 and state["lengths"] == {}
     assert "designer_rewards" not in sys.modules                     # no module was faked for it
+
+
+# --- the run directory: one process, one run; what cannot be read or written is one sentence ---------
+def saved_run(run_dir, steps):
+    """A real run directory with a checkpoint after each of `steps` (the tiny model, plain SGD); the
+    function that saves one more."""
+    from spade import configure
+    model, tokenizer = models.tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    cfg = configure(dict(model="tiny"))
+    run_dir.mkdir(exist_ok=True)
+    for step in steps:
+        checkpoint.save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, None, {"step": step}, 0)
+    return lambda step: checkpoint.save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, None, {"step": step}, 0)
+
+
+def test_each_checkpoint_keeps_itself_and_the_one_before(tmp_path):
+    save = saved_run(tmp_path, [2, 4, 6])
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*")) == ["ckpt-00004", "ckpt-00006"]
+    (tmp_path / "ckpt-00099").mkdir()                       # a later one, never deleted for an earlier
+    save(8)
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*")) == ["ckpt-00006", "ckpt-00008", "ckpt-00099"]
+    assert checkpoint.read_pointer(tmp_path)["checkpoint"] == "ckpt-00008"
+
+
+def test_a_fresh_run_never_writes_into_another_runs_directory(tmp_path):
+    saved_run(tmp_path / "old", [2])
+    with pytest.raises(SystemExit, match="already holds a run; continue it with --resume"):
+        checkpoint.claim(tmp_path / "old", resuming=False)
+    checkpoint.claim(tmp_path / "old", resuming=True)         # and held by this process from now on
+    with open(tmp_path / "old" / ".lock") as other:            # as another process would try
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    (tmp_path / "busy").mkdir()
+    with open(tmp_path / "busy" / ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(SystemExit, match="another process is running in"):
+            checkpoint.claim(tmp_path / "busy", resuming=False)
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit, match="cannot use .*a_file as the run's directory"):
+        checkpoint.claim(tmp_path / "a_file", resuming=False)
+
+
+@pytest.mark.parametrize("pointer", ["{garbage", "{}", "[1, 2]", '{"checkpoint": "ckpt-09999", "step": 9, "config": {}}'])
+def test_a_pointer_that_is_not_one_names_the_checkpoints_kept(tmp_path, pointer):
+    saved_run(tmp_path, [2, 4])
+    (tmp_path / "latest").write_text(pointer)
+    with pytest.raises(SystemExit, match=r"the checkpoints kept in .*: ckpt-00002, ckpt-00004$"):
+        checkpoint.read_pointer(tmp_path)
+
+
+def test_a_truncated_checkpoint_file_is_one_sentence(tmp_path):
+    saved_run(tmp_path, [2, 4])
+    state = tmp_path / "ckpt-00004" / "state.pt"
+    state.write_bytes(state.read_bytes()[:1000])
+    optimizer = torch.optim.SGD(models.tiny_model()[0].parameters(), lr=0.1)
+    with pytest.raises(SystemExit, match=r"ckpt-00004 cannot be read \(RuntimeError: .*ckpt-00002, ckpt-00004"):
+        checkpoint.restore(tmp_path / "ckpt-00004", optimizer, None, 0)
+
+
+def test_a_disk_too_full_for_a_checkpoint_keeps_the_last_good_one(tmp_path):
+    save = saved_run(tmp_path, [2])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails, as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    try:
+        with pytest.raises(SystemExit, match=r"cannot write .*ckpt-00004 .*the checkpoints kept in .*: ckpt-00002$"):
+            save(4)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert [p.name for p in tmp_path.iterdir() if "ckpt" in p.name] == ["ckpt-00002"]   # no half-written one left
+    assert checkpoint.read_pointer(tmp_path)["step"] == 2

@@ -42,6 +42,13 @@ def test_load_corpus_prefers_orig_doc_and_counts_bad_lines(tmp_path, capsys):
     assert "3 documents" in capsys.readouterr().out
 
 
+def test_a_lone_surrogate_in_a_document_cannot_reach_the_tokenizer(tmp_path):
+    path = write_lines(tmp_path / "s.jsonl", ['{"text": "sorting \\ud800 lists", "id": "d\\udfff"}'])
+    corpus = load_corpus(path, max_words=100)
+    assert corpus.docs == ["sorting \ufffd lists"] and corpus.doc_ids == ["d\ufffd"]
+    corpus.docs[0].encode("utf-8")
+
+
 def test_empty_corpus_and_missing_file_are_clear_errors(tmp_path):
     path = write_lines(tmp_path / "empty.jsonl", ["", "garbage", json.dumps({"text": ""})])
     with pytest.raises(ValueError, match="no usable documents"):

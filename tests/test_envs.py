@@ -537,6 +537,15 @@ def test_load_pool_jsonl(tmp_path, capsys):
     assert "WARNING: 1 of 2 pool environments failed validation" in out and "pool_00002: syntax" in out
 
 
+def test_a_lone_surrogate_in_a_pool_records_name_or_skill_is_replaced(tmp_path, capsys):
+    good = (ENV_DIR / "sonar_dig_spatial_reasoning.py").read_text()
+    record = json.dumps({"code": good, "game_file": "game\ud800_spatial_reasoning.py", "skill": "Spatial\udfff"})
+    (tmp_path / "pool.jsonl").write_text(record)
+    [env] = envs.load_pool(tmp_path / "pool.jsonl")
+    assert env.env_id == "game\ufffd_spatial_reasoning" and env.skill == "Spatial\ufffd"
+    env.env_id.encode("utf-8")
+
+
 def test_load_pool_missing_path(tmp_path):
     missing = tmp_path / "no_such_pool.jsonl"
     with pytest.raises(FileNotFoundError, match="no_such_pool.jsonl"):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import launch
 
 # A test double of a rank: rank 1 fails at once, the others would wait for it forever.
@@ -61,6 +63,14 @@ def test_ctrl_c_to_the_terminal_reaches_every_rank_and_not_the_launcher(tmp_path
     assert "rank 0 error stream" in stderr and "rank 1 error stream" in stderr   # errors of every rank show
     seen = [(tmp_path / f"rank{r}").read_text().split() for r in (0, 1)]
     assert [s[:3] for s in seen] == [["0", "0", "2"], ["1", "1", "2"]] and seen[0][3] == seen[1][3]
+
+
+def test_a_stray_rank_variable_is_one_sentence(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit, match="RANK is set but WORLD_SIZE, MASTER_ADDR, MASTER_PORT not"):
+        launch.setup_distributed()
 
 
 def test_one_process_agrees_with_itself():

@@ -39,6 +39,36 @@ def test_log_then_report(tmp_path, capsys):
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
 
 
+def test_a_resume_forgets_what_the_steps_after_its_checkpoint_wrote(tmp_path):
+    log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=10))
+    for step in range(5):
+        log.step({"step": step, "seconds": 1.0})
+        (tmp_path / "samples" / f"step_{step:05d}").mkdir(parents=True)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "agent/rew')                   # a kill in the middle of a line
+    log.rewind(3)                                            # resumed from the checkpoint of step 3
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["step_00000", "step_00001", "step_00002"]
+
+
+def test_the_report_of_a_run_cut_short_skips_what_it_cannot_read(tmp_path, capsys):
+    log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=10))
+    log.step({"step": 0, "seconds": 1.0, "agent/reward": 0.5})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('[1, 2]\n{"step": 1, "agent/rew')
+    (tmp_path / "samples" / "step_00000").mkdir(parents=True)
+    (tmp_path / "samples" / "step_00000" / "rejected.json").write_text('[{"slot": 0, "sta')
+    report.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "skipped 3 lines or files" in out and "(1 steps, 0 environments)" in out
+    for path in (tmp_path / "report").iterdir():
+        path.unlink()
+    (tmp_path / "report").rmdir()
+    (tmp_path / "report").write_text("")                     # a file where the report's folder goes
+    with pytest.raises(SystemExit, match="report: cannot write .*report: File exists"):
+        report.main([str(tmp_path)])
+
+
 def test_the_command_line_says_how_to_use_it(tmp_path, capsys):
     report.main(["--help"])
     assert capsys.readouterr().out.startswith("usage: python spade.py report out/<run>")

@@ -4,6 +4,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -147,7 +148,7 @@ def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
     assert json.loads((run_dir / "latest").read_text())["step"] == 4
     assert json.loads((run_dir / "env_memory.json").read_text()) == saved_memory   # no regen step after 0
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics[-(4 - saved):]] == list(range(saved, 4))
+    assert [m["step"] for m in metrics] == list(range(4))        # the killed step's line, if any, is gone
     # The first resumed step's policy has trained weights: its KL to the initial model is not 0 (a
     # reference copied from the resumed weights would give exactly 0).
     assert metrics[0]["grpo/kl"] == 0 and metrics[-(4 - saved)]["grpo/kl"] > 0
@@ -173,7 +174,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--pool", "/nonexistent/pool"], "pool not found"),
     (["--corpus", "/nonexistent/docs.jsonl"], "corpus file not found"),
     (["--plays-per-env", "1"], "at least 2"),
-    (["--regen-interval", "0"], "--num-envs, --steps and --regen-interval must be positive"),
+    (["--regen-interval", "0"], "--num-envs, --steps, --regen-interval, --save-every, --max-turns and --max-new"),
     (["--setting", "tool-use"], "--setting must be games or tool_use, not 'tool-use'"),   # not a skills error
     (["--plateau-band", "0.6,0.4,0.25"], "--plateau-band must be lo,hi,ramp"),
     (["--designer-reward", "vibes"], "unknown --designer-reward 'vibes'; one of ['blend', "),
@@ -184,6 +185,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--tp", "2"], "--tp 2 needs --engine vllm and as many ranks"),
     (["--rlve", "--pool", str(ROOT / "envs")], "--rlve and --pool are two baselines"),
     (["--pool", str(ROOT / "README.md")], "no valid environment in"),         # no record holds code
+    (["--out", str(ROOT / "README.md")], "README.md as the run's directory: File exists"),
 ])
 def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     result = spade("--model", "tiny", "--out", str(tmp_path), *args, timeout=120,
@@ -193,9 +195,30 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--temperature", "0"], "--temperature > 0"), (["--top-p", "0"], "0 < --top-p <= 1"),
+    (["--top-k", "-1"], "--top-k >= 0"), (["--save-every", "0"], "--save-every"),
+    (["--max-turns", "0"], "--max-turns"), (["--max-new-tokens", "0"], "--max-new-tokens must be positive"),
+    (["--max-context", "10"], "--max-context must be at least 1024"), (["--lr", "-1"], "--lr must be positive"),
+    (["--kl-coef", "-1"], "--kl-coef at least 0"), (["--seed", str(2**64)], "--seed must be in"),
+])
+def test_a_knob_out_of_its_range_is_one_sentence_before_anything_loads(args, message):
+    from spade import parse_config
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        parse_config(["--model", "tiny", *args])
+    assert parse_config(["--model", "tiny", "--out", "out/{time}-a{b}"]).out.endswith("-a{b}")   # only {time}
+
+
+def fake_checkpoint(run_dir, name="ckpt-00002"):
+    for part in ("model", "state.pt", "env_memory.json"):   # what read_pointer looks for (empty: never loaded)
+        (run_dir / name / part).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name / part).touch()
+
+
 def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     from spade import configure, parse_config
     saved = dataclasses.asdict(configure(dict(model="tiny", steps=2, lr=1e-5)))
+    fake_checkpoint(tmp_path)
     (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2, "config": saved}))
     with pytest.raises(SystemExit, match=r"--lr \(saved: 1e-05\) cannot change"):   # refused, not ignored
         parse_config(["--resume", str(tmp_path), "--steps", "4", "--lr", "1e-3"])
@@ -210,11 +233,14 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     # --wandb is this invocation's (a run logged to W&B resumes where wandb is missing); a config written
     # by another version: knobs it lacks take their defaults, one it has that we do not is one sentence.
     older = {k: v for k, v in saved.items() if k != "top_k"}
-    (tmp_path / "latest").write_text(json.dumps({"step": 2, "config": {**older, "wandb": True}}))
+    (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2,
+                                                 "config": {**older, "wandb": True}}))
     assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).wandb is False
-    (tmp_path / "latest").write_text(json.dumps({"step": 2, "config": {**saved, "no_corpus": True}}))
+    (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2,
+                                                 "config": {**saved, "no_corpus": True}}))
     assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).corpus == "none"   # an earlier spelling
-    (tmp_path / "latest").write_text(json.dumps({"step": 2, "config": {**saved, "beam_width": 4}}))
+    (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2,
+                                                 "config": {**saved, "beam_width": 4}}))
     with pytest.raises(SystemExit, match="written by another version of spade.py .*beam_width"):
         parse_config(["--resume", str(tmp_path), "--steps", "4"])
 
