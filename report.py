@@ -47,6 +47,9 @@ class Log:
     def __init__(self, run_dir, cfg, rank=0):
         self.run_dir, self.cfg, self.quiet = Path(run_dir), cfg, rank != 0
         self.wandb, self.step_seconds = None, []
+        if self.quiet or not sys.stderr.isatty():   # transformers' bars (loading, writing shards) as ours
+            import transformers.utils.logging
+            transformers.utils.logging.disable_progress_bar()
         if cfg.wandb and not self.quiet:
             import wandb
             self.wandb = wandb.init(project="spade", name=self.run_dir.name, config=dataclasses.asdict(cfg))
