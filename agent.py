@@ -282,12 +282,16 @@ def _generate(engine, tokenizer, live, params, max_new_tokens, max_context, timi
     return [(p, text) for p, stop, text in zip(live, stopped, texts) if stop]
 
 
-def _append_deltas(tokenizer, live, end_texts):
+def _append_deltas(tokenizer, live, end_texts, max_context):
     """The template delta of each episode's new messages, tokenised in one batch. Mask 0: the
-    environment and the template wrote these tokens, not the policy."""
+    environment and the template wrote these tokens, not the policy. A delta that does not fit in
+    max_context ends its episode truncated instead (METHOD 4.1): no sequence grows past it."""
     deltas = [_delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) for p in live]
     for p, token_ids in zip(live, _encode(tokenizer, deltas)):
-        _extend(p.sequence(), token_ids, 0)
+        if len(p.sequence()[0]) + len(token_ids) > max_context:
+            _end(p, "truncated")
+        else:
+            _extend(p.sequence(), token_ids, 0)
 
 
 def _render_prompts(tokenizer, live, thinking):
@@ -378,7 +382,7 @@ def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, m
         if thinking:
             _render_prompts(tokenizer, _running(plays), thinking)
         else:
-            _append_deltas(tokenizer, _running(plays), end_texts)
+            _append_deltas(tokenizer, _running(plays), end_texts, max_context)
 
 
 def _running(plays):

@@ -42,9 +42,11 @@ def claim(run_dir, resuming):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         raise SystemExit(f"spade.py: another process is running in {run_dir}")
-    if not resuming and any((run_dir / name).exists() for name in ("latest", "metrics.jsonl")):
+    if not resuming and (run_dir / "latest").exists():
         raise SystemExit(f"spade.py: {run_dir} already holds a run; continue it with --resume {run_dir}, "
                          f"or give another --out")
+    if not resuming and (run_dir / "metrics.jsonl").exists():
+        raise SystemExit(f"spade.py: {run_dir} holds a run that saved no checkpoint; remove it or give another --out")
     _LOCKS.append(lock)
 
 

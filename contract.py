@@ -15,6 +15,9 @@ METHOD.md 3.1 in these places (with the other deviations, in METHOD.md 14):
   the agent an empty `Observation:` line and nothing to play.
 - reset(seed=123) must also return a non-blank observation, not merely not raise: every play resets
   with its own seed (agent.play_seeds), so a seed other than 42 must give a playable game too.
+- the tool list a play asks for is checked after reset(seed=42), and one instance is constructed
+  as a play constructs it: a class that passes only the gate's construction, or whose tools the
+  chat template cannot take, would fail every play.
 - the criteria gate (step 3) also runs at rollout 0 and rejects when cls() or reset(seed) raises
   for a seed 0-2 instead of skipping that seed: such a game fails its plays at those seeds, and a
   game written at rollout 0 is no more trustworthy than a later one.

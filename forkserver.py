@@ -111,8 +111,8 @@ def operations():
         return {"class": str(getattr(cls, "__name__", "?")),
                 "tool_use": isinstance(cls, type) and issubclass(cls, ToolUseBaseEnv)}
 
-    def new(request):   # the gate's construction: [index, the methods it lacks]
-        envs.append(construct(cls))
+    def new(request):   # the gate's construction, or a play's (max_turns): [index, the methods it lacks]
+        envs.append(construct(cls, request.get("max_turns")))
         return [len(envs) - 1, _missing_methods(envs[-1])]
 
     return {

@@ -13,16 +13,16 @@ as well. Where the gate is stricter than the official one is contract.py's docst
 import time
 from dataclasses import dataclass
 
-from contract import (VALIDATION_PROBES, ReplyError, checked_reset, checked_step, clean_text, extract_code, parse,
-                      repair_braces)
+from contract import (PLAY_MAX_TURNS, VALIDATION_PROBES, ReplyError, checked_reset, checked_step, checked_tools,
+                      clean_text, extract_code, parse, repair_braces)
 from sandbox import EnvSandbox, SandboxError
 
 
 @dataclass
 class Validation:
     ok: bool
-    stage: str          # "passed", or where it failed: syntax exec class construct interface reset step
-    error: str          # reseed determinism close criteria, or timeout memory crash output
+    stage: str          # "passed", or where it failed: syntax exec class construct interface reset tools
+    error: str          # step reseed determinism close criteria, or timeout memory crash output
     class_name: str
     code: str           # after extraction and brace repair
 
@@ -72,8 +72,8 @@ def checks(send, code, deadline):
         except ReplyError as e:
             raise Rejected("output", f"{stage}: {e}")
 
-    def new_instance():
-        value = call("construct", "construct")
+    def new_instance(max_turns=None):   # as the gate constructs (3.1 b), or as a play does
+        value = call("construct", "construct", max_turns=max_turns)
         require("output", type(value) is list and len(value) == 2 and type(value[0]) is int
                 and type(value[1]) is list and all(type(m) is str for m in value[1]), "construct: a malformed reply")
         require("interface", not value[1], lambda: f"the environment has no {value[1][0]}() method")
@@ -90,6 +90,7 @@ def checks(send, code, deadline):
             "no class whose name ends in 'Env' was defined")
     env = new_instance()
     first = reset(env, 42, "reset")
+    checked("tools", checked_tools, call("tools", "tools"))   # what a play asks for after reset
     for probe in VALIDATION_PROBES:
         obs, reward, terminated, truncated, _, types = checked("step", checked_step,
                                                                call("step", "step", env=env, action=probe))
@@ -102,13 +103,19 @@ def checks(send, code, deadline):
     reset(env, 123, "reseed")
     require("determinism", reset(new_instance(), 42, "determinism") == first,
             "two fresh instances reset with seed 42 gave different first observations")
+    new_instance(PLAY_MAX_TURNS)
     call("close", "probe")
     if loaded.get("tool_use") is True:
-        results = [call("criteria", "criteria", seed=seed) for seed in (0, 1, 2)]
-        require("output", all(type(r) is dict and type(r.get("evaluable")) is bool
-                              and type(r.get("error")) in (str, type(None)) for r in results), "criteria: a malformed reply")
-        raising = [clean_text(r["error"]) for r in results if r["evaluable"] and r["error"] is not None]
-        evaluable = sum(r["evaluable"] for r in results)
-        require("criteria", not evaluable or len(raising) < evaluable,
-                lambda: "a success criterion raises on the initial state at every seed: " + "; ".join(raising))
+        _criteria(call, require)
     return clean_text(loaded["class"])
+
+
+def _criteria(call, require):
+    """METHOD 3.1 step 3: some success criterion of a tool-use environment evaluates on its initial state."""
+    results = [call("criteria", "criteria", seed=seed) for seed in (0, 1, 2)]
+    require("output", all(type(r) is dict and type(r.get("evaluable")) is bool
+                          and type(r.get("error")) in (str, type(None)) for r in results), "criteria: a malformed reply")
+    raising = [clean_text(r["error"]) for r in results if r["evaluable"] and r["error"] is not None]
+    evaluable = sum(r["evaluable"] for r in results)
+    require("criteria", not evaluable or len(raising) < evaluable,
+            lambda: "a success criterion raises on the initial state at every seed: " + "; ".join(raising))

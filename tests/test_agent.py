@@ -190,6 +190,23 @@ def test_no_eos_and_context_cap_truncate(tokenizer):
     assert len(short.calls) == 1 and episode.status == "truncated"   # the observation used up the rest
 
 
+FLOOD = """
+class FloodEnv:
+    def reset(self, seed=None):
+        return "Say anything.", {}
+    def step(self, action):
+        return "Wrong. " + "a b " * 5000, 0.0, False, False, {}
+"""
+
+
+def test_an_observation_past_the_context_ends_the_episode_and_is_not_appended(tokenizer):
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{1}")
+    [episode] = play([Environment("flood", "Logical Deduction", FLOOD)], scripted, tokenizer, 1, params=PARAMS,
+                     max_turns=5, max_context=3072)
+    assert episode.status == "truncated" and episode.num_turns == 1
+    assert len(episode.tokens) <= 3072 and episode.tokens[-1] == scripted.eos   # ends with the policy's reply
+
+
 ECHO = """
 class EchoEnv:
     def __init__(self, max_turns=10):

@@ -123,6 +123,10 @@ def test_a_fresh_run_never_writes_into_another_runs_directory(tmp_path):
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(SystemExit, match="another process is running in"):
             checkpoint.claim(tmp_path / "busy", resuming=False)
+    (tmp_path / "early").mkdir()
+    (tmp_path / "early" / "metrics.jsonl").write_text('{"step": 0}\n')     # killed before its first checkpoint
+    with pytest.raises(SystemExit, match="holds a run that saved no checkpoint; remove it or give another --out"):
+        checkpoint.claim(tmp_path / "early", resuming=False)
     (tmp_path / "a_file").write_text("")
     with pytest.raises(SystemExit, match="cannot use .*a_file as the run's directory"):
         checkpoint.claim(tmp_path / "a_file", resuming=False)

@@ -28,6 +28,9 @@ def test_validation_accepts_a_designer_response_with_prose():
     (env_code(step="return 'ok', 0.0, 0, False, {}"), "step"),
     (env_code(reset="if seed == 123:\n    raise KeyError(seed)\nreturn 'obs', {}"), "reseed"),
     (env_code(reset="return 'obs %d' % int.from_bytes(os.urandom(8), 'big'), {}"), "determinism"),
+    (env_code(reset="return 'obs', {}") + "    def get_tools(self):\n        return [{'name': 'lookup'}]\n", "output"),
+    (env_code(reset="return 'obs', {}") + "    def get_tools(self):\n        raise KeyError('no tools')\n", "tools"),
+    (env_code(init="pass") + "    max_turns = property(lambda self: 1 / 0)\n", "construct"),   # as a play builds it
     (env_code(step="while True: pass"), "timeout"),
     (env_code(step="while 'boxed' not in action: pass\nreturn 'ok', 0.0, False, False, {}"), "timeout"),  # unboxed probes
 ])
