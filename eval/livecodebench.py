@@ -279,9 +279,11 @@ def load_lcb(path) -> tuple[list[Problem], int]:
     for i, row in enumerate(rows):
         try:
             problems.append(lcb_problem(row))
-        except (KeyError, ValueError, zlib.error, pickle.UnpicklingError) as e:  # a bad row, counted like a bad line
-            print(f"warning: LiveCodeBench v6: skipping row {i} of {path}: {type(e).__name__}: {e}")
+        except (KeyError, ValueError, TypeError, AttributeError, zlib.error, pickle.UnpicklingError) as e:
+            print(f"warning: LiveCodeBench v6: skipping row {i} of {path}: {type(e).__name__}: {e}")   # as a bad line
             skipped += 1
+    if not problems:
+        raise Unavailable(f"LiveCodeBench v6: {path} holds no usable problem ({skipped} lines or rows skipped)")
     return problems, skipped
 
 

@@ -25,6 +25,7 @@ box shared with other jobs, `--threads 1` avoids OpenMP oversubscription (25x fa
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -81,6 +82,11 @@ def parse_args(argv=None):
     wrong = [b for b in args.benchmarks or [] if BENCHMARKS[b][0] != args.suite]
     if wrong:
         p.error(f"{wrong} are not in the {args.suite} suite")
+    negative = [f"--{k.replace('_', '-')}" for k in ("samples", "limit", "max_new_tokens", "batch_size", "threads")
+                if (getattr(args, k) or 0) < 0]
+    if negative or args.samples == 0 or args.batch_size == 0:
+        p.error(f"{', '.join(negative) or '--samples and --batch-size'} must be positive (--limit and "
+                f"--max-new-tokens take 0 for the benchmark's own)")
     return args
 
 
@@ -113,11 +119,13 @@ def run_benchmark(name: str, generator, tokenizer, options: Options) -> tuple[di
 
 
 def write(out: Path, name: str, result: dict, samples: list):
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
-    with open(out / f"{name}.jsonl", "w") as f:
+    """The samples, then the result, each written whole and renamed into place (eval.table reads results)."""
+    with open(out / f".{name}.jsonl", "w") as f:
         for row in samples:  # default=str: never lose a long run's samples to one odd value
             f.write(json.dumps(row, default=str) + "\n")
+    os.replace(out / f".{name}.jsonl", out / f"{name}.jsonl")
+    (out / f".{name}.json").write_text(json.dumps(result, indent=1))
+    os.replace(out / f".{name}.json", out / f"{name}.json")
 
 
 def main(argv=None):
@@ -133,6 +141,12 @@ def main(argv=None):
         model, tokenizer = models.load_model(args.model, device=device)
     except models.ModelLoadError as e:
         raise SystemExit(f"error: {e}") from None
+    try:   # before any benchmark runs: a place that cannot take the results is a sentence, not lost samples
+        out.mkdir(parents=True, exist_ok=True)
+        if not os.access(out, os.W_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as e:
+        raise SystemExit(f"error: cannot write the results to {out}: {e.strerror or e}") from None
     generator = engine.make_engine(model, tokenizer, kind=args.engine)
     results = {}
     for name in names:

@@ -27,12 +27,24 @@ def load_run(directory) -> dict:
         raise SystemExit(f"error: {directory} is not a run directory (python -m eval.run --out writes one)")
     results = {}
     for path in sorted(directory.glob("*.json")):
-        result = json.loads(path.read_text())
-        if isinstance(result, dict) and "benchmark" in result:
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            result = None
+        if _is_result(result):
             results[result["benchmark"]] = result
+        else:
+            print(f"warning: {path} is not a benchmark result; left out")
     if not results:
         raise SystemExit(f"error: {directory} holds no benchmark results (<benchmark>.json)")
     return results
+
+
+def _is_result(result) -> bool:
+    """What eval.run writes: a benchmark and suite name, and columns of percentages."""
+    columns = result.get("columns") if isinstance(result, dict) else None
+    return (isinstance(result, dict) and isinstance(result.get("benchmark"), str) and isinstance(result.get("suite"), str)
+            and isinstance(columns, dict) and all(type(v) in (int, float) for v in columns.values()))
 
 
 def columns_of(results: dict) -> dict:

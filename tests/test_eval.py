@@ -101,6 +101,45 @@ def test_missing_user_data_is_one_clear_sentence():
         livecodebench.evaluate_lcb(None, None, Options())
 
 
+def test_user_data_of_the_wrong_kind_is_one_sentence_or_a_skipped_row(tmp_path, capsys):
+    (tmp_path / "latin1.jsonl").write_bytes(b'\xff\xfe{"question": "1+1", "answer": "2"}\n')
+    with pytest.raises(Unavailable, match="cannot be read as UTF-8 text"):
+        aime.load_jsonl(tmp_path / "latin1.jsonl", 2026)
+    (tmp_path / "prompt.jsonl").write_text('{"prompt": [1, 2], "label": "3"}\n')
+    with pytest.raises(Unavailable, match="has no 'prompt of chat messages' field"):
+        aime.load_jsonl(tmp_path / "prompt.jsonl", 2026)
+    rows = [{"question_id": "a", "question_content": "q", "public_test_cases": "5"},
+            {"question_id": "b", "question_content": "q", "public_test_cases": '["x"]'},
+            {"question_id": "c", "question_content": "q", "public_test_cases": "[]", "metadata": "[1]"}]
+    (tmp_path / "lcb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(Unavailable, match="holds no usable problem .3 lines or rows skipped"):
+        livecodebench.load_lcb(tmp_path / "lcb.jsonl")
+    assert capsys.readouterr().out.count("warning: LiveCodeBench v6: skipping row") == 3
+    (tmp_path / "gpqa.csv").write_text("Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,"
+                                       "Incorrect Answer 3\nQ?,a,b\n")
+    with pytest.raises(Unavailable, match="line 2 of .*gpqa.csv lacks some of the columns"):
+        gpqa.load(tmp_path / "gpqa.csv")
+
+
+@pytest.mark.parametrize("flag", ["--samples", "--threads", "--batch-size", "--limit"])
+def test_a_negative_count_is_refused_before_anything_loads(flag, capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--model", "tiny", "--suite", "games", flag, "-1"])
+    assert "must be positive" in capsys.readouterr().err
+
+
+def test_the_table_leaves_out_a_file_that_is_not_a_result(tmp_path, capsys):
+    good = json.loads((FIXTURES / "runs" / "base" / "aime2025.json").read_text())
+    (tmp_path / "aime2025.json").write_text(json.dumps(good))
+    (tmp_path / "cut.json").write_text('{"benchmark": "x"')
+    (tmp_path / "nosuite.json").write_text('{"benchmark": "x", "columns": {"A": 1}}')
+    (tmp_path / "text.json").write_text('{"benchmark": "x", "suite": "games", "columns": {"A": "high"}}')
+    (tmp_path / "bytes.json").write_bytes(b"\xff")
+    (tmp_path / "folder.json").mkdir()
+    assert set(table.load_run(tmp_path)) == {good["benchmark"]}
+    assert capsys.readouterr().out.count("is not a benchmark result; left out") == 5
+
+
 # ---------------------------------------------------------------------------------------- GPQA
 
 
@@ -362,6 +401,9 @@ def test_table_compares_two_saved_runs(capsys):
 def test_a_model_that_cannot_be_loaded_is_one_message(tmp_path):
     with pytest.raises(SystemExit, match="cannot load model"):
         run.main(["--model", str(tmp_path / "no-model"), "--suite", "games", "--benchmarks", "aime2025"])
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit, match="cannot write the results to .*a_file: File exists"):   # before any benchmark
+        run.main(["--model", "tiny", "--suite", "games", "--benchmarks", "aime2025", "--out", str(tmp_path / "a_file")])
 
 
 def test_an_endpoint_that_does_not_answer():
