@@ -117,6 +117,7 @@ class Config:
             (self.corpus not in ("", "none") and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
             (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}"),
             (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one"),
+            (self.rlve and self.setting != "games", "--rlve is a baseline of the games setting (METHOD.md 10)"),
             (self.engine == "vllm" and importlib.util.find_spec("vllm") is None,
              "--engine vllm needs vLLM (requirements-gpu.txt; `make test-vllm` builds its CPU version)"),
             (self.wandb and importlib.util.find_spec("wandb") is None,

@@ -201,6 +201,7 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     (["--max-turns", "0"], "--max-turns"), (["--max-new-tokens", "0"], "--max-new-tokens must be positive"),
     (["--max-context", "10"], "--max-context must be at least 1024"), (["--lr", "-1"], "--lr must be positive"),
     (["--kl-coef", "-1"], "--kl-coef at least 0"), (["--seed", str(2**64)], "--seed must be in"),
+    (["--rlve", "--setting", "tool_use"], "--rlve is a baseline of the games setting"),
 ])
 def test_a_knob_out_of_its_range_is_one_sentence_before_anything_loads(args, message):
     from spade import parse_config
