@@ -173,7 +173,7 @@ def load_optimizer(optimizer, directory, rank):
     world = dist.get_world_size() if dist.is_initialized() else 1
     saved = len(list(directory.glob("optimizer-rank*.pt")))
     if saved != world:
-        raise SystemExit(f"spade.py: {directory} holds the optimizer shards of {saved} processes; "
+        raise SystemExit(f"spade.py: {directory} holds the optimizer shards of {saved} process{'es' * (saved != 1)}; "
                          f"resume it with {saved}, not {world}")
     optimizer.load_state_dict(torch.load(directory / f"optimizer-rank{rank}.pt", weights_only=False))
 

@@ -80,7 +80,9 @@ def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) 
             rank.kill()
             rank.wait()
     if failed:
-        print(f"launch: a rank exited with status {failed[0]}; stopped the others", file=sys.stderr, flush=True)
+        how = (f"exited with status {failed[0]}" if failed[0] > 0 else
+               f"was killed by signal {-failed[0]} ({signal.strsignal(-failed[0]) or 'unknown'})")
+        print(f"launch: a rank {how}; stopped the others", file=sys.stderr, flush=True)
     return (failed[0] if failed[0] > 0 else 128 - failed[0]) if failed else 0   # killed by signal N: 128 + N
 
 

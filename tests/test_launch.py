@@ -38,12 +38,16 @@ def test_docstring_examples():
     assert doctest.testmod(launch).failed == 0
 
 
-def test_a_rank_that_dies_takes_the_others_down_and_its_status_is_returned(tmp_path):
+def test_a_rank_that_dies_takes_the_others_down_and_its_status_is_returned(tmp_path, capsys):
     script = tmp_path / "rank.py"
     script.write_text(ONE_RANK_DIES)
     start = time.time()
     assert launch.launch_ranks([], 3, str(script), poll_s=0.05) == 3
     assert time.time() - start < 60   # not the 600 s the survivors would have waited
+    assert "a rank exited with status 3; stopped the others" in capsys.readouterr().err
+    script.write_text(ONE_RANK_DIES.replace("sys.exit(3)", "os.kill(os.getpid(), 9)"))
+    assert launch.launch_ranks([], 2, str(script), poll_s=0.05) == 128 + 9
+    assert "a rank was killed by signal 9 (Killed); stopped the others" in capsys.readouterr().err
 
 
 def test_ctrl_c_to_the_terminal_reaches_every_rank_and_not_the_launcher(tmp_path):
