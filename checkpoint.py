@@ -80,7 +80,8 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
     except (OSError, RuntimeError, SafetensorError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise SystemExit(f"spade.py: cannot write {run_dir / name} ({e}); {_kept(run_dir)}") from None
-    older = sorted(p for p in run_dir.glob("ckpt-*") if _step(p) is not None and _step(p) < state["step"])
+    steps = {p: _step(p) for p in run_dir.glob("ckpt-*")}   # by step: by name, ckpt-100000 < ckpt-99999
+    older = sorted((p for p, step in steps.items() if step is not None and step < state["step"]), key=steps.get)
     for old in older[:-1]:   # keep this one and the one before it
         shutil.rmtree(old, ignore_errors=True)
 
@@ -91,7 +92,7 @@ def _step(path):
 
 
 def _kept(run_dir):
-    kept = sorted(p.name for p in run_dir.glob("ckpt-*") if _step(p) is not None)
+    kept = [p.name for p in sorted(run_dir.glob("ckpt-*"), key=lambda p: (_step(p) or 0)) if _step(p) is not None]
     return f"the checkpoints kept in {run_dir}: {', '.join(kept)}" if kept else f"{run_dir} keeps no checkpoint"
 
 

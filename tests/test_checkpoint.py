@@ -108,6 +108,10 @@ def test_each_checkpoint_keeps_itself_and_the_one_before(tmp_path):
     save(8)
     assert sorted(p.name for p in tmp_path.glob("ckpt-*")) == ["ckpt-00006", "ckpt-00008", "ckpt-00099"]
     assert checkpoint.read_pointer(tmp_path)["checkpoint"] == "ckpt-00008"
+    for step in (99998, 100000, 100002):
+        (tmp_path / f"ckpt-{step:05d}").mkdir()
+    save(100004)                                            # past five digits: by step, not by name
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*")) == ["ckpt-100002", "ckpt-100004"]
 
 
 def test_a_fresh_run_never_writes_into_another_runs_directory(tmp_path):
