@@ -19,11 +19,34 @@ import re
 # the whole reply, as officially: "\boxed{{a}} then \boxed{b}" acts "b".
 _SIMPLE_BOXED = [re.compile(r"\\boxed\{([^{}]+)\}"), re.compile(r"\\boxed\{\{([^{}]+)\}\}"),
                  re.compile(r"\\boxed\{\{\{([^{}]+)\}\}\}")]
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_XML_FUNCTION = re.compile(r"<function=([^>]+)>(.*?)</function>", re.DOTALL)
-_XML_PARAMETER = re.compile(r"<parameter=([^>]+)>(.*?)</parameter>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 _BRACE = re.compile(r"[{}]")
+
+
+# The tags of tool use, found with str.find rather than a lazy regex such as "<tool_call>(.*?)</tool_call>":
+# the regex scans from every opener to the end of the reply when none closes, which is quadratic (10 s
+# in the trainer for a degenerate reply of 8,000 "<tool_call>"). Both give the same blocks (tests/test_actions.py).
+def tag_blocks(text, opener, closer):
+    """The text between each `opener` and the first `closer` after it, left to right."""
+    blocks, at = [], 0
+    while (start := text.find(opener, at)) >= 0 and (end := text.find(closer, start + len(opener))) >= 0:
+        blocks.append(text[start + len(opener):end])
+        at = end + len(closer)
+    return blocks
+
+
+def _named_blocks(text, tag):
+    """(name, body) of each `<tag=name>body</tag>`, the name non-empty and without ">", left to right."""
+    opener, closer, blocks, at = f"<{tag}=", f"</{tag}>", [], 0
+    while (start := text.find(opener, at)) >= 0 and (name_end := text.find(">", start + len(opener))) >= 0:
+        if name_end == start + len(opener):   # an empty name: try the next opener
+            at = start + 1
+            continue
+        end = text.find(closer, name_end + 1)
+        if end < 0:                            # unclosed: no later opener closes either
+            break
+        blocks.append((text[start + len(opener):name_end], text[name_end + 1:end]))
+        at = end + len(closer)
+    return blocks
 
 
 def _closing_brace(text, start):
@@ -94,11 +117,11 @@ def _json_or_text(value):
 
 def _parse_call(block):
     """One <tool_call> body as {"name", "arguments"}, XML form first, then JSON; None if malformed."""
-    function = _XML_FUNCTION.search(block)
+    function = next(iter(_named_blocks(block, "function")), None)
     if function:   # <function=name><parameter=k>v</parameter>...</function> (Qwen3-Coder style)
         arguments = {key.strip(): _json_or_text(value.strip("\n"))
-                     for key, value in _XML_PARAMETER.findall(function.group(2))}
-        return {"name": function.group(1).strip(), "arguments": arguments}
+                     for key, value in _named_blocks(function[1], "parameter")}
+        return {"name": function[0].strip(), "arguments": arguments}
     call = _json_or_text(block)
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"].strip():
         return None
@@ -121,7 +144,7 @@ def parse_tool_calls(text):
     text = text.rstrip()
     if text.endswith("<|im_end|>"):
         text = text[:-len("<|im_end|>")]
-    calls = (_parse_call(block.strip()) for block in _TOOL_CALL.findall(text))
+    calls = (_parse_call(block.strip()) for block in tag_blocks(text, "<tool_call>", "</tool_call>"))
     return [call for call in calls if call is not None]
 
 
@@ -133,7 +156,7 @@ def parse_tool_turn(text):
     >>> parse_tool_turn('<tool_call>{"name": "f"}</tool_call><answer>done</answer>')
     ('answer', [])
     """
-    if _ANSWER.search(text):
+    if tag_blocks(text, "<answer>", "</answer>"):
         return "answer", []
     calls = parse_tool_calls(text)
     if calls:

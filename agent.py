@@ -48,6 +48,7 @@ by batch.trained_agent_samples).
 """
 import dataclasses
 import hashlib
+import json
 import os
 import time
 import uuid
@@ -58,6 +59,7 @@ from tqdm import tqdm
 
 import sandbox
 from actions import after_thinking, game_action, parse_tool_turn
+from contract import plain
 
 # The first message of a game (METHOD.md 4.1): a framing sentence, the observation, the instruction.
 GAME_FRAMING = "You are playing a language game. Make valid actions to win."   # the official words
@@ -217,6 +219,10 @@ def _record(play_, completion, text):
 # ---- token bookkeeping ---------------------------------------------------------------------------
 
 def _render(tokenizer, messages, tools, add_generation_prompt, thinking=False):
+    """The chat template's text; what the environment wrote (a hint too, and its tools) is kept `plain`."""
+    specials = tokenizer.all_special_tokens
+    messages = [m if m["role"] == "assistant" else {**m, "content": plain(m["content"], specials)} for m in messages]
+    tools = json.loads(plain(json.dumps(tools), specials)) if tools else tools   # inside JSON strings only
     return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, enable_thinking=thinking,
                                          add_generation_prompt=add_generation_prompt)
 

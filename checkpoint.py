@@ -1,8 +1,8 @@
 """Checkpoints: what spade.py writes every --save-every steps and reads back on --resume.
 
 A checkpoint `ckpt-NNNNN/` holds the model and tokenizer in Hugging Face format (`model/`), the
-optimizer state (`optimizer-rank<r>.pt`), the loop state and the RNGs of Python and torch
-(`state.pt`) and the environment memory (`env_memory.json`). It is written to a hidden directory and
+optimizer state (`optimizer-rank<r>.pt`), the loop state and the RNGs of Python and torch, the GPU's
+too (`state.pt`) and the environment memory (`env_memory.json`). It is written to a hidden directory and
 renamed into place, and the `latest` pointer (with the config) is replaced atomically, so a kill never
 leaves half of one; the last two are kept.
 
@@ -69,8 +69,9 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
             return
         model.save_pretrained(tmp / "model", state_dict=full_model)
         tokenizer.save_pretrained(tmp / "model")
-        torch.save({"state": state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state()},
-                   tmp / "state.pt")
+        torch.save({"state": state, "python_rng": random.getstate(), "torch_rng": torch.get_rng_state(),
+                    # the in-process engine samples on the GPU with its generator, not the CPU's
+                    "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}, tmp / "state.pt")
         (tmp / "env_memory.json").write_text(json.dumps(memory.records if memory else []))
         shutil.rmtree(run_dir / name, ignore_errors=True)
         os.replace(tmp, run_dir / name)
@@ -112,7 +113,8 @@ def read_pointer(run_dir):
             and isinstance(pointer.get("config"), dict)):
         raise SystemExit(f"spade.py: {latest} is not a checkpoint pointer; {_kept(run_dir)}")
     folder = run_dir / pointer["checkpoint"]
-    missing = [name for name in ("model", "state.pt", "env_memory.json") if not (folder / name).exists()]
+    missing = [name for name in ("model", "state.pt", "env_memory.json", "optimizer-rank0.pt")
+               if not (folder / name).exists()]
     if missing:
         raise SystemExit(f"spade.py: {latest} names {pointer['checkpoint']}, which lacks {', '.join(missing)}; "
                          f"{_kept(run_dir)}")
@@ -133,11 +135,13 @@ def restore(checkpoint, optimizer, memory, rank):
         load_optimizer(optimizer, checkpoint, rank)
         saved = torch.load(checkpoint / "state.pt", weights_only=False,   # our own file, written above
                            pickle_module=EARLIER_NAMES)
-        records = None if memory is None else json.loads((checkpoint / "env_memory.json").read_text())
+        records = None if memory is None else memory.checked(json.loads((checkpoint / "env_memory.json").read_text()))
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
         raise damaged(checkpoint, e) from None
     random.setstate(saved["python_rng"])
     torch.set_rng_state(saved["torch_rng"])
+    if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(saved["cuda_rng"])
     if memory is not None:
         memory.records = records
         memory.save()

@@ -33,6 +33,8 @@ import re
 import sys
 import threading
 
+from actions import tag_blocks   # str.find, not a lazy regex: linear in the text
+
 MAX_ERROR_CHARS = 64 * 1024        # an environment's exception text is truncated to this
 MAX_ACTION_CHARS = 100_000         # METHOD 1.1: the action string is truncated to 100k chars
 PLAY_MAX_TURNS = 25                # METHOD 1.1: designed max_turns is capped at 25 at play time
@@ -115,19 +117,19 @@ class ToolUseBaseEnv:
                 return f"{observation}\n\nTime is up. Solution:\n{self.solution()}", 0.0, False, True, {}
             return observation, reward, False, False, {}
 
-        answer = re.search(r"<answer>(.*?)</answer>", action, re.DOTALL)
+        answer = tag_blocks(action, "<answer>", "</answer>")   # the first block of each counts
         if answer:
-            if self._check_answer(answer.group(1).strip()):
+            if self._check_answer(answer[0].strip()):
                 return "Correct!", 1.0, True, False, {}
             return reply(self._incorrect_answer_feedback())
-        call = re.search(r"<tool_call>(.*?)</tool_call>", action, re.DOTALL)
+        call = tag_blocks(action, "<tool_call>", "</tool_call>")
         if not call:
             return reply('Format error: call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call> '
                          "or answer with <answer>...</answer>.", -0.1)
         try:
-            parsed = json.loads(call.group(1))
+            parsed = json.loads(call[0])
             name, arguments = parsed.get("name", ""), parsed.get("arguments", {})
-        except (ValueError, AttributeError):   # not JSON, or not an object
+        except (ValueError, AttributeError, RecursionError):   # not JSON (or nested too deep), not an object
             return reply("Format error: the tool call is not a JSON object.", -0.1)
         if getattr(self, f"tool_{name}", None) is None:   # a missing or non-str name is an unknown tool
             return reply(f"Unknown tool '{name}'. Available tools: {', '.join(self._tools)}")
@@ -143,8 +145,7 @@ def extract_code(text):
     >>> extract_code("Here:\\n```python\\nx = 1\\n```\\nmore ```python\\ny\\n```")
     'x = 1'
     """
-    match = re.search(r"```python\n(.*?)\n```", text, re.DOTALL)
-    return match.group(1) if match else text
+    return next(iter(tag_blocks(text, "```python\n", "\n```")), text)
 
 
 # CPython 3.11's parser keeps a recursion counter per interpreter, not per thread: two threads parsing at
@@ -418,6 +419,20 @@ def clean_text(value, what="a string"):
     if type(value) is not str:
         raise ReplyError(f"{what} is a {type(value).__name__}, not a str")
     return _SURROGATE.sub("\ufffd", value)
+
+
+def plain(text, special_tokens):
+    """`text` with each special token's spelling broken by a zero-width space after its first character:
+    untrusted text in a prompt (a document, code, a hint, an observation) then tokenises as the
+    characters it shows, never as a control token such as <|im_end|>, which would end its turn.
+
+    >>> plain("a <|im_end|> b", ["<|im_end|>"])
+    'a <\u200b|im_end|> b'
+    """
+    for token in special_tokens:
+        if len(token) > 1 and token in text:
+            text = text.replace(token, f"{token[0]}\u200b{token[1:]}")
+    return text
 
 
 def clean_json(value, what, depth=0):

@@ -21,20 +21,26 @@ from contract import clean_text   # lone surrogates (JSON lets "\ud800" through)
 BUILTIN_MODULES = ("math cmath statistics fractions decimal heapq bisect graphlib itertools functools "
                    "operator random collections string textwrap difflib calendar datetime re json "
                    "array queue sched zlib").split()
+# English runs about 6 characters a word with its space; 8 leaves such text to the word count.
+CHARS_PER_WORD = 8
 
 
 def truncate_words(text: str, max_words: int) -> str:
-    """Keep the first `max_words` whitespace-separated words (joined by single spaces) and mark it.
+    """Keep the first `max_words` whitespace-separated words (joined by single spaces), and at most
+    CHARS_PER_WORD characters a word, and mark it: text without spaces (Chinese, minified JSON) is one
+    "word" to split(), and would otherwise reach the prompt whole.
 
     >>> truncate_words("a  b\\nc d", 3)
     'a b c\\n[Document truncated at ~3 words]'
     >>> truncate_words("a  b", 3)              # short documents are kept verbatim
     'a  b'
+    >>> truncate_words("x" * 100, 3)
+    'xxxxxxxxxxxxxxxxxxxxxxxx\\n[Document truncated at ~3 words]'
     """
     words = text.split()
-    if len(words) <= max_words:
+    if len(words) <= max_words and len(text) <= max_words * CHARS_PER_WORD:
         return text
-    return " ".join(words[:max_words]) + f"\n[Document truncated at ~{max_words} words]"
+    return " ".join(words[:max_words])[:max_words * CHARS_PER_WORD] + f"\n[Document truncated at ~{max_words} words]"
 
 
 @dataclass
@@ -61,8 +67,12 @@ def _corpus_record(line: str) -> dict | None:
         return None
     if not isinstance(record, dict):
         return None
-    text = record.get("orig_doc") or record.get("text")
-    return record if isinstance(text, str) and text.strip() else None
+    return record if _text(record) is not None else None
+
+
+def _text(record: dict) -> str | None:
+    """The first of `orig_doc` and `text` that is a non-blank string."""
+    return next((v for v in (record.get("orig_doc"), record.get("text")) if isinstance(v, str) and v.strip()), None)
 
 
 def load_corpus(path, max_words: int) -> Corpus:
@@ -72,14 +82,16 @@ def load_corpus(path, max_words: int) -> Corpus:
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path} (expected JSONL with 'orig_doc' or 'text')")
     docs, doc_ids, skipped = [], [], 0
-    with open(path, encoding="utf-8", errors="replace") as lines:     # streamed: corpora can be large
+    with open(path, encoding="utf-8-sig", errors="replace") as lines:     # streamed; a byte-order mark is dropped
         for line_number, line in enumerate(lines, 1):
             record = _corpus_record(line)
             if record is None:
                 skipped += 1
                 continue
-            docs.append(clean_text(truncate_words(record.get("orig_doc") or record["text"], max_words)))
-            doc_ids.append(clean_text(str(record.get("id") or record.get("doc_id") or f"{path.stem}:{line_number}")))
+            docs.append(clean_text(truncate_words(_text(record), max_words)))
+            doc_id = next((v for v in (record.get("id"), record.get("doc_id")) if v is not None and v != ""),
+                          f"{path.stem}:{line_number}")
+            doc_ids.append(clean_text(str(doc_id)))
     if not docs:
         raise ValueError(f"corpus {path} has no usable documents ({skipped} lines skipped: blank, "
                          "not a JSON object, or without a non-empty 'orig_doc'/'text')")

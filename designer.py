@@ -26,6 +26,7 @@ the sandbox, the saved code, hints, memory seeds): METHOD.md 14.
 """
 import dataclasses
 import json
+import math
 import os
 import random
 import re
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import prompts
 from actions import after_thinking, extract_boxed
+from contract import clean_text, plain
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
 
@@ -78,16 +80,30 @@ class EnvMemory:
     def _load(path: Path) -> list[dict]:
         """The records of `path`; a corrupt file is moved aside (never overwritten) and [] returned."""
         try:
-            records = json.loads(path.read_text())
-            if not (isinstance(records, list) and all(isinstance(r, dict) and set(RECORD_KEYS) <= set(r)
-                                                      for r in records)):
-                raise ValueError(f"expected a JSON list of records with keys {RECORD_KEYS}")
-            return records
-        except (ValueError, UnicodeDecodeError) as e:   # JSONDecodeError is a ValueError
-            aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+            return EnvMemory.checked(json.loads(path.read_text()))
+        except (ValueError, OSError) as e:   # JSONDecodeError, UnicodeDecodeError; a directory
+            aside, copies = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"), 1
+            while aside.exists():   # one an earlier start moved aside this second
+                copies += 1
+                aside = aside.with_name(f"{aside.name.rsplit('~', 1)[0]}~{copies}")
             os.replace(path, aside)
             print(f"memory: {path} is corrupt ({str(e)[:200]}); moved it to {aside}, starting empty")
             return []
+
+    @staticmethod
+    def checked(records) -> list[dict]:
+        """`records` as the memory keeps them, or ValueError: a list of RECORD_KEYS records whose texts are
+        strings (lone surrogates replaced, the snippet capped) and whose win rate and regret are finite."""
+        texts, numbers = ("game_file", "skill", "code_snippet"), ("actor_win_rate", "regret")
+
+        def good(r):
+            return (isinstance(r, dict) and set(RECORD_KEYS) <= set(r) and all(isinstance(r[k], str) for k in texts)
+                    and all(type(r[k]) in (int, float) and math.isfinite(r[k]) for k in numbers))
+        bad = [r for r in records if not good(r)] if isinstance(records, list) else [records]
+        if bad:
+            raise ValueError(f"expected a JSON list of records with keys {RECORD_KEYS}, not {str(bad[0])[:100]}")
+        return [{**r, "game_file": clean_text(r["game_file"]), "skill": clean_text(r["skill"]),
+                 "code_snippet": clean_text(r["code_snippet"][:SNIPPET_CHARS])} for r in records]
 
     def add(self, env_id: str, skill: str, code: str, actor_win_rate: float, regret: float,
             rollout_id: int, metadata: dict | None = None):
@@ -192,7 +208,9 @@ def tool_messages(skill: str, snippet: str | None, memory_block: str, rng: rando
 
 
 def encode_chat(tokenizer, messages: list[dict]) -> tuple[str, list[int]]:
-    """The chat-templated prompt text and its token ids, ready for generation (non-thinking)."""
+    """The chat-templated prompt text and its token ids, ready for generation (non-thinking). What the
+    messages quote (a document, memory, code) is kept `plain`."""
+    messages = [{**m, "content": plain(m["content"], tokenizer.all_special_tokens)} for m in messages]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                          enable_thinking=False)
     return text, tokenizer.encode(text, add_special_tokens=False)
@@ -302,6 +320,7 @@ def audited(engine, tokenizer, validations, params):
     passed = [i for i, v in enumerate(validations) if v.ok]
     prompts_ = [encode_chat(tokenizer, audit_messages(validations[i].code))[1] for i in passed]
     completions = engine.generate(prompts_, params) if prompts_ else []
+    assert len(completions) == len(prompts_), "the engine must answer every prompt"
     validations = list(validations)
     for i, completion in zip(passed, completions):
         reply = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
@@ -350,19 +369,19 @@ def hint_messages(code: str, setting: str) -> list[dict]:
 
 def parse_hint(text: str) -> str:
     """The hint in a response: a ```json block's "hint" value if there is one, else the stripped text
-    without <think> blocks.
+    without its thinking (<think> blocks, and what comes before a last </think>).
 
     >>> parse_hint('<think>x=7</think> Probe the dials one by one.')
     'Probe the dials one by one.'
     >>> parse_hint('Here:\\n```json\\n{"hint": "Halve the range."}\\n```')
     'Halve the range.'
     """
-    text = re.sub(r"<think>.*?(</think>|$)", "", text, flags=re.DOTALL).strip()
+    text = re.sub(r"<think>.*?(</think>|$)", "", after_thinking(text), flags=re.DOTALL).strip()
     block = re.search(r"```json\s*\n(.*?)```", text, flags=re.DOTALL)
     if block:
         try:
             value = json.loads(block.group(1))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             value = None
         if isinstance(value, dict) and isinstance(value.get("hint"), str):
             return value["hint"].strip()
@@ -377,4 +396,5 @@ def write_hints(engine, tokenizer, envs, setting: str, params) -> list[str]:
         return []
     prompt_tokens = [encode_chat(tokenizer, hint_messages(env.code, setting))[1] for env in envs]
     completions = engine.generate(prompt_tokens, params)
+    assert len(completions) == len(envs), "the engine must answer every prompt"
     return [parse_hint(tokenizer.decode(c.token_ids, skip_special_tokens=True)) for c in completions]

@@ -158,9 +158,16 @@ class EnvOutcome:
         return mean_reward(self.hinted_rewards)
 
     @property
+    def both_arms(self) -> bool:
+        """Whether R_hint and R_0 were both measured: hinted plays, and unhinted plays at the regen step.
+        A game that hangs in a hinted play is blacklisted before its unhinted plays, and R_0 = 0 (of no
+        plays) would then give it the largest regret."""
+        return bool(self.hinted_rewards and self.window_rewards and self.window_rewards[0])
+
+    @property
     def regret(self) -> float:
-        """Raw R_hint - R_0 as the memory stores it (METHOD 8): may be negative, 0.0 without a hint."""
-        return self.hinted_mean - self.regen_step_mean if self.hinted_rewards else 0.0
+        """Raw R_hint - R_0 as the memory stores it (METHOD 8): may be negative; 0.0 without both arms."""
+        return self.hinted_mean - self.regen_step_mean if self.both_arms else 0.0
 
 
 @dataclass
@@ -234,10 +241,11 @@ class LearningPotentialTracker:
 def blend(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
           lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
     """Paper default: `blend_reward(w, R_hint, R_0)`. No explicit step-timeout penalty (as the paper):
-    a hung game has no hint and few plays, so x comes out ~0. Example: window [[0, 1], [0, 0]],
-    hints [1, 1] -> w = 0.25, R_0 = 0.5 -> 0.6 * 0.4 + 0.4 * clip((1 - 0.5) / 0.15) = 0.64."""
-    return [blend_reward(o.window_mean, o.hinted_mean, o.regen_step_mean, lo=lo, hi=hi, ramp=ramp)
-            for o in outcomes]
+    a hung game has few plays, and no regret without both arms (EnvOutcome.both_arms), so x comes out
+    ~0. Example: window [[0, 1], [0, 0]], hints [1, 1] -> w = 0.25, R_0 = 0.5 -> 0.6 * 0.4 + 0.4 *
+    clip((1 - 0.5) / 0.15) = 0.64; window [[], []], hints [1, 1] -> 0.0."""
+    return [blend_reward(o.window_mean, o.hinted_mean, o.regen_step_mean if o.both_arms else o.hinted_mean,
+                         lo=lo, hi=hi, ramp=ramp) for o in outcomes]
 
 
 def solve_rate(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,

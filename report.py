@@ -26,7 +26,7 @@ CURVES = [("agent/reward", "agent reward (mean episode return)"),
           ("designer/env_lines", "environment length (lines)")]
 SHOWN = [("agent/reward", "reward", "{:+.3f}"), ("designer/reward", "designer", "{:.3f}"),
          ("designer/valid_rate", "valid", "{:.2f}"), ("designer/regret", "regret", "{:+.3f}"),
-         ("agent/band_share", "band", "{:.2f}"), ("tokens_per_s", "tok/s", "{:.0f}"),
+         ("agent/band_share", "band", "{:.2f}"), ("agent/samples", "trained", "{:d}"), ("tokens_per_s", "tok/s", "{:.0f}"),
          ("rlve/mean_top_level", "rlve level", "{:.2f}"), ("grpo/loss", "loss", "{:+.4f}")]
 
 

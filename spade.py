@@ -148,6 +148,8 @@ class Config:
         unknown = [s for s in names if s not in known]
         if unknown:
             raise SystemExit(f"spade.py: unknown {self.setting} skill(s) {unknown}; known: {list(known)}")
+        if len(set(names)) < len(names):
+            raise SystemExit(f"spade.py: --skills names a skill twice: {self.skills!r}")
         return names
 
 
@@ -245,6 +247,9 @@ def resumed_config(given):
                          f"change (these can: {', '.join('--' + k.replace('_', '-') for k in RESUMABLE)})")
     if wanted.steps <= pointer["step"]:
         raise SystemExit(f"spade.py: {given['resume']} is at step {pointer['step']} already: give more --steps")
+    if pointer["step"] == saved.steps:
+        print(f"spade.py: extending a finished run: its last step scored the open epoch early (METHOD.md 6.2), "
+              f"so it trains no designer samples until its next regen step", flush=True)
     return wanted
 
 
@@ -543,7 +548,9 @@ def load_trainer(cfg, checkpoint, device, world):
     vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
     kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
     tp = engine_tp(cfg, kind, model, world)
-    gen = engine.make_engine(model, tokenizer, kind, **({"tp": tp} if kind == "vllm" else {}))
+    # vLLM's sampling stream, which no checkpoint holds: one per --seed, and another after each resume
+    seed = (cfg.seed + (read_pointer(cfg.resume)["step"] if checkpoint else 0)) % 2**31   # numpy's range
+    gen = engine.make_engine(model, tokenizer, kind, **({"tp": tp, "seed": seed} if kind == "vllm" else {}))
     gen = TensorParallelGroup(gen, tp, world) if kind == "vllm" and world > 1 else gen
     gen = RankAgreement(gen) if world > 1 else gen           # in lockstep, ranks must ask for the same prompts
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)

@@ -8,7 +8,7 @@ in the authors' released pools (`game_<rollout:05d>_<index:03d>_<skill_slug>.py`
 
 `load_pool` reads a directory of such files or a JSONL file with a `code` field per line, validates
 each through `gate.validate_env` and returns the ones that pass; `load_pool("envs")` prints
-"pool: 18/18 environments valid (0 skipped lines)". It takes the authors' released pools as they are
+"pool: 18/18 environments valid (0 skipped)". It takes the authors' released pools as they are
 (METHOD.md 10): a `games/` folder or the dataset's root, its files checked against the
 `checksums.sha256` beside them, skills read off file names or a manifest, and JSON lists of records
 with `code` and `skill` (a name or a slug). Two environments with one name get distinct ids.
@@ -84,15 +84,22 @@ FILE_KEYS = ("game_file", "file_name", "file", "path", "original_file_name", "en
 
 
 def _records(path: Path) -> tuple[list, int]:
-    """The records of a JSONL file (or of a JSON file holding one list), and how many lines were not JSON."""
-    text = path.read_text()
-    if text.lstrip().startswith("["):
-        return json.loads(text), 0
-    records, skipped = [], 0
-    for line in filter(str.strip, text.splitlines()):
+    """The records of a JSON file (a list, or an object whose `environments` are the list) or of a JSONL
+    file, and how many lines were skipped (not UTF-8 or not JSON). A byte-order mark is dropped."""
+    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
+    if data.lstrip().startswith(b"["):
+        return json.loads(data.decode()), 0
+    if data.lstrip().startswith(b"{"):   # one JSON object over several lines, or JSONL
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+            whole = json.loads(data.decode())
+            return (whole["environments"] if isinstance(whole.get("environments"), list) else [whole]), 0
+        except (ValueError, RecursionError):
+            pass
+    records, skipped = [], 0
+    for line in filter(bytes.strip, data.splitlines()):
+        try:
+            records.append(json.loads(line.decode()))
+        except (ValueError, RecursionError):   # UnicodeDecodeError and JSONDecodeError are ValueErrors
             skipped += 1
     return records, skipped
 
@@ -114,13 +121,23 @@ def _read_jsonl(path: Path) -> tuple[list[Environment], int]:
     return found, skipped
 
 
-def _read_directory(path: Path) -> list[Environment]:
+def _read_directory(path: Path) -> tuple[list[Environment], int]:
     """The .py files of `path` (or, when it has none, of its subfolders, as in a dataset's root), their
-    integrity checked against a `checksums.sha256` and their skill read off the name or a manifest."""
-    files = sorted(p for p in path.glob("*.py") if p.name != "__init__.py") or sorted(path.rglob("*.py"))
+    integrity checked against a `checksums.sha256` and their skill read off the name or a manifest; and
+    how many files were skipped because they are not UTF-8 (each named in a WARNING)."""
+    files = sorted(p for p in path.glob("*.py") if p.name != "__init__.py") or sorted(
+        p for p in path.rglob("*.py") if p.name != "__init__.py")
     verify_checksums(path, files)
-    skills = _manifest_skills(path)
-    return [Environment(p.stem, skills.get(p.name) or skill_from_name(p.stem), p.read_text()) for p in files]
+    skills, found, unreadable = _manifest_skills(path), [], []
+    for file in files:
+        try:
+            found.append(Environment(file.stem, skills.get(file.name) or skill_from_name(file.stem),
+                                     file.read_bytes().removeprefix(b"\xef\xbb\xbf").decode()))
+        except UnicodeDecodeError:
+            unreadable.append(file.name)
+    if unreadable:
+        print(f"WARNING: {len(unreadable)} pool file(s) are not UTF-8 and are left out: {unreadable[:3]}", flush=True)
+    return found, len(unreadable)
 
 
 def _beside(path: Path, names: tuple[str, ...]) -> Path | None:
@@ -151,8 +168,12 @@ def verify_checksums(path: Path, files: list[Path]):
 def _manifest_skills(path: Path) -> dict[str, str]:
     """File name -> skill from a `manifest.jsonl`/`manifest.json` beside the files, for names that do not carry it."""
     manifest = _beside(path, ("manifest.jsonl", "manifest.json"))
-    records = _records(manifest)[0] if manifest else []
-    records = records.get("environments", []) if isinstance(records, dict) else records
+    try:
+        records, bad = _records(manifest) if manifest else ([], 0)
+    except (ValueError, RecursionError):   # optional: the skills then come from the file names
+        records, bad = [], "all"
+    if bad:
+        print(f"WARNING: {manifest} has {bad} line(s) that are not JSON; they are ignored", flush=True)
     skills = {}
     for record in filter(lambda r: isinstance(r, dict) and isinstance(r.get("skill"), str), records):
         for key in FILE_KEYS:
@@ -179,7 +200,7 @@ def _distinct_ids(environments: list[Environment]) -> list[Environment]:
 
 def load_pool(path, *, validate: bool = True) -> list[Environment]:
     """Environments of a directory of .py files, one .py file, or a JSONL (or JSON list) file; with `validate`,
-    only those that pass `gate.validate_env`, and it prints "pool: N/M environments valid (K skipped lines)",
+    only those that pass `gate.validate_env`, and it prints "pool: N/M environments valid (K skipped)" (lines or files that are not UTF-8, not JSON or without code),
     and a WARNING line with the first reasons when some fail: our gate is stricter than the paper's (it
     also checks determinism), so it may drop released games that the official gate accepted.
     Raises ValueError when the files do not match the pool's checksums or none is valid."""
@@ -191,8 +212,8 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
         if path.suffix == ".py":   # one environment (no checksums or manifest: those describe a folder)
             candidates, skipped = [Environment(path.stem, skill_from_name(path.stem), path.read_text())], 0
         else:
-            candidates, skipped = (_read_directory(path), 0) if path.is_dir() else _read_jsonl(path)
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+            candidates, skipped = _read_directory(path) if path.is_dir() else _read_jsonl(path)
+    except (ValueError, RecursionError, AttributeError) as e:   # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{path} is not a pool (a directory of .py files, or JSON records with a `code` field): {e}")
     candidates = _distinct_ids(candidates)
     valid, rejected = candidates, []
@@ -207,7 +228,7 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
                 valid.append(Environment(env.env_id, env.skill, result.code))
             else:
                 rejected.append(f"{env.env_id}: {result.stage}: {result.error[:160]}")
-        print(f"pool: {len(valid)}/{len(candidates)} environments valid ({skipped} skipped lines)")
+        print(f"pool: {len(valid)}/{len(candidates)} environments valid ({skipped} skipped)")
     if rejected:
         print(f"WARNING: {len(rejected)} of {len(candidates)} pool environments failed validation and are "
               "left out; the first: " + " | ".join(rejected[:3]), flush=True)

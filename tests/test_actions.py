@@ -108,3 +108,18 @@ def test_tool_turn_kinds_and_answer_precedence():
     assert parse_tool_turn("<tool_call> never closed") == ("malformed", [])
     assert parse_tool_turn("I am not sure.") == ("plain", [])
     assert parse_tool_turn("<answer>unclosed") == ("plain", [])
+
+
+@pytest.mark.parametrize("pattern, find", [
+    (r"<tool_call>(.*?)</tool_call>", lambda t: actions.tag_blocks(t, "<tool_call>", "</tool_call>")),
+    (r"<function=([^>]+)>(.*?)</function>", lambda t: actions._named_blocks(t, "function"))])
+def test_tags_are_found_as_the_official_regexes_find_them(pattern, find):
+    """The tags are found with str.find, linear in the reply (the regexes are quadratic when a reply
+    repeats an opener that never closes); on random texts both give the same blocks."""
+    import random
+    import re
+    rng = random.Random(0)
+    pieces = ["<tool_call>", "</tool_call>", "<function=", "</function>", ">", "<", "f", "\n", "x>y"]
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        assert find(text) == re.findall(pattern, text, re.DOTALL), text

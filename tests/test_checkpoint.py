@@ -153,6 +153,31 @@ def test_a_truncated_checkpoint_file_is_one_sentence(tmp_path):
         checkpoint.restore(tmp_path / "ckpt-00004", optimizer, None, 0)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_the_gpu_generator_resumes_where_it_was(tmp_path):
+    """The in-process engine samples with the GPU's generator: a resume carries on its stream."""
+    torch.manual_seed(0)
+    torch.rand(3, device="cuda")
+    saved_run(tmp_path, [2])
+    expected = torch.rand(3, device="cuda")
+    torch.manual_seed(1)
+    checkpoint.restore(tmp_path / "ckpt-00002", torch.optim.SGD(models.tiny_model()[0].parameters(), lr=0.1), None, 0)
+    assert torch.equal(torch.rand(3, device="cuda"), expected)
+
+
+def test_a_checkpoint_without_its_optimizer_or_with_a_memory_of_another_shape_is_one_sentence(tmp_path):
+    from designer import EnvMemory
+    saved_run(tmp_path, [2, 4])
+    (tmp_path / "ckpt-00004" / "optimizer-rank0.pt").unlink()
+    with pytest.raises(SystemExit, match=r"names ckpt-00004, which lacks optimizer-rank0.pt; the checkpoints kept"):
+        checkpoint.read_pointer(tmp_path)
+    optimizer = torch.optim.SGD(models.tiny_model()[0].parameters(), lr=0.1)
+    for records in ("{}", "[1, 2]", '[{"game_file": "g"}]'):
+        (tmp_path / "ckpt-00002" / "env_memory.json").write_text(records)
+        with pytest.raises(SystemExit, match=r"ckpt-00002 cannot be read \(ValueError: expected a JSON list of records"):
+            checkpoint.restore(tmp_path / "ckpt-00002", optimizer, EnvMemory(tmp_path / "memory.json"), 0)
+
+
 def test_a_disk_too_full_for_a_checkpoint_keeps_the_last_good_one(tmp_path):
     save = saved_run(tmp_path, [2])
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)

@@ -68,7 +68,7 @@ def test_only_arguments_are_read_and_any_tool_method_dispatches():
 
 
 def test_not_json_or_not_an_object_is_a_format_error():
-    for call in ("{not json}", "[1, 2]"):
+    for call in ("{not json}", "[1, 2]", '{"name": "look", "arguments": {"x": ' + "[" * 5000 + "]" * 5000 + "}}"):
         assert Desk().step(f"<tool_call>{call}</tool_call>")[1] == -0.1
 
 
@@ -156,6 +156,18 @@ def test_the_trainers_parses_take_turns_across_threads():
 def test_extract_code_takes_the_first_block():
     assert extract_code("text\n```python\na = 1\n```\n```python\nb = 2\n```") == "a = 1"
     assert extract_code("no block here") == "no block here"
+
+
+def test_extract_code_is_the_official_regex():
+    """The official pattern, `re.search(r"```python\\n(.*?)\\n```", text, re.DOTALL)`, without its
+    quadratic search over openers that never close (thousands of them in one reply)."""
+    import random
+    import re
+    rng, pieces = random.Random(0), ["```python\n", "\n```", "```", "```python", "\n", "x", "`"]
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        match = re.search(r"```python\n(.*?)\n```", text, re.DOTALL)
+        assert extract_code(text) == (match.group(1) if match else text), text
 
 
 def test_repair_braces_fixes_command_formats_only():

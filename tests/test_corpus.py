@@ -22,6 +22,17 @@ def test_truncation_keeps_first_words_and_marks_it():
     marked = "one two three\n[Document truncated at ~3 words]"
     assert truncate_words("one  two\tthree\nfour five", 3) == marked
     assert truncate_words("one  two\tthree", 3) == "one  two\tthree"       # short: verbatim
+    chinese = "\u6587" * 100_000                                              # no spaces: one "word"
+    assert truncate_words(chinese, 3) == "\u6587" * 3 * corpus.CHARS_PER_WORD + "\n[Document truncated at ~3 words]"
+
+
+def test_a_byte_order_mark_an_unusable_orig_doc_and_an_id_of_0_lose_no_document(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"text": "first", "id": 0}, {"orig_doc": "   ", "text": "second"}, {"orig_doc": ["x"], "text": "third"}]),
+        encoding="utf-8-sig")
+    loaded = load_corpus(path, max_words=100)
+    assert loaded.docs == ["first", "second", "third"] and loaded.doc_ids == ["0", "bom:2", "bom:3"]
 
 
 def test_load_corpus_prefers_orig_doc_and_counts_bad_lines(tmp_path, capsys):

@@ -510,13 +510,13 @@ def test_load_pool_directory(capsys):
     pool = envs.load_pool(ENV_DIR)
     assert sorted(e.env_id for e in pool) == [p.stem for p in ENV_FILES]
     assert all(e.skill in envs.GAME_SKILLS or e.skill in envs.TOOL_SKILLS for e in pool)
-    assert f"pool: {len(ENV_FILES)}/{len(ENV_FILES)} environments valid (0 skipped lines)" in capsys.readouterr().out
+    assert f"pool: {len(ENV_FILES)}/{len(ENV_FILES)} environments valid (0 skipped)" in capsys.readouterr().out
 
 
 def test_one_py_file_is_a_pool_of_one_and_the_unvalidated_seeds_print_nothing(capsys):
     [env] = envs.load_pool(ENV_DIR / "sonar_dig_spatial_reasoning.py")
     assert (env.env_id, env.skill) == ("sonar_dig_spatial_reasoning", "Spatial Reasoning")
-    assert "pool: 1/1 environments valid (0 skipped lines)" in capsys.readouterr().out
+    assert "pool: 1/1 environments valid (0 skipped)" in capsys.readouterr().out
     assert len(envs.load_pool(ENV_DIR, validate=False)) == len(ENV_FILES) and capsys.readouterr().out == ""
 
 
@@ -532,7 +532,7 @@ def test_load_pool_jsonl(tmp_path, capsys):
     pool = envs.load_pool(pool_file)
     assert [(e.env_id, e.skill) for e in pool] == [("game_00003_001_spatial_reasoning", "Spatial Reasoning")]
     out = capsys.readouterr().out
-    assert "pool: 1/2 environments valid (2 skipped lines)" in out
+    assert "pool: 1/2 environments valid (2 skipped)" in out
     # a released game our gate rejects is not dropped silently: a warning names it and the reason
     assert "WARNING: 1 of 2 pool environments failed validation" in out and "pool_00002: syntax" in out
 
@@ -544,6 +544,25 @@ def test_a_lone_surrogate_in_a_pool_records_name_or_skill_is_replaced(tmp_path, 
     [env] = envs.load_pool(tmp_path / "pool.jsonl")
     assert env.env_id == "game\ufffd_spatial_reasoning" and env.skill == "Spatial\ufffd"
     env.env_id.encode("utf-8")
+
+
+def test_bad_bytes_a_byte_order_mark_or_a_broken_manifest_lose_only_what_is_bad(tmp_path, capsys):
+    good = (ENV_DIR / "sonar_dig_spatial_reasoning.py").read_text()
+    record = lambda name: json.dumps({"code": good, "game_file": name}).encode()
+    (tmp_path / "pool.jsonl").write_bytes(b"\xef\xbb\xbf" + record("a_spatial_reasoning.py") + b"\n\xff\xfe{\n"
+                                          + record("b_spatial_reasoning.py"))
+    assert [e.env_id for e in envs.load_pool(tmp_path / "pool.jsonl")] == ["a_spatial_reasoning", "b_spatial_reasoning"]
+    assert "pool: 2/2 environments valid (1 skipped)" in capsys.readouterr().out
+    (tmp_path / "one.json").write_text(json.dumps({"environments": [json.loads(record("c.py"))]}, indent=2))
+    assert [e.env_id for e in envs.load_pool(tmp_path / "one.json")] == ["c"]
+    folder = tmp_path / "games"
+    folder.mkdir()
+    (folder / "d_spatial_reasoning.py").write_text(good)
+    (folder / "e_optimization.py").write_bytes(b"\xff" + good.encode())
+    (folder / "manifest.json").write_text("{not json")
+    assert [e.env_id for e in envs.load_pool(folder)] == ["d_spatial_reasoning"]
+    out = capsys.readouterr().out
+    assert "e_optimization.py" in out and "manifest.json has 1 line(s) that are not JSON" in out and "(1 skipped)" in out
 
 
 def test_load_pool_missing_path(tmp_path):

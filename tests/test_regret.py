@@ -157,6 +157,14 @@ def test_variant_blend():
     assert DESIGNER_REWARDS["blend"]([HARD, EASY, HUNG]) == approx([0.64, 0.0, 0.0])
 
 
+def test_a_game_without_unhinted_plays_at_its_regen_step_earns_no_regret():
+    """It hung in a hinted play and was blacklisted before the unhinted plays: R_0 is not 0 but unknown."""
+    hung_in_hint = EnvOutcome("Logical Deduction", [[], []], [1, 1, 1], step_timeout=True)
+    assert not hung_in_hint.both_arms and hung_in_hint.regret == 0.0
+    assert DESIGNER_REWARDS["blend"]([hung_in_hint]) == [0.0]       # not 0.4 * clip((1 - 0) / 0.15) = 0.4
+    assert HARD.both_arms and EnvOutcome("Optimization", [[0]], [1]).regret == 1.0
+
+
 def test_variant_blend_band():
     # band 0.2..0.4 ramp 0.2: plateau(0.25) = 1 -> 0.6 + 0.4
     assert DESIGNER_REWARDS["blend"]([HARD], lo=0.2, hi=0.4, ramp=0.2) == approx([1.0])

@@ -179,6 +179,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--plateau-band", "0.6,0.4,0.25"], "--plateau-band must be lo,hi,ramp"),
     (["--designer-reward", "vibes"], "unknown --designer-reward 'vibes'; one of ['blend', "),
     (["--skills", "Juggling"], "unknown games skill"),
+    (["--skills", "Optimization,Logical Deduction,Optimization"], "--skills names a skill twice"),
     (["--resume", "/nonexistent/run"], "no checkpoint to resume in /nonexistent/run (--resume takes a run's"),
     (["--thinking", "maybe"], "--thinking must be on or off"),
     (["--tp", "-1"], "--tp must be 0"),
@@ -211,12 +212,12 @@ def test_a_knob_out_of_its_range_is_one_sentence_before_anything_loads(args, mes
 
 
 def fake_checkpoint(run_dir, name="ckpt-00002"):
-    for part in ("model", "state.pt", "env_memory.json"):   # what read_pointer looks for (empty: never loaded)
+    for part in ("model", "state.pt", "env_memory.json", "optimizer-rank0.pt"):   # what read_pointer looks for
         (run_dir / name / part).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / name / part).touch()
 
 
-def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
+def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path, capsys):
     from spade import configure, parse_config
     saved = dataclasses.asdict(configure(dict(model="tiny", steps=2, lr=1e-5)))
     fake_checkpoint(tmp_path)
@@ -227,6 +228,7 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
         parse_config(["--resume", str(tmp_path)])
     cfg = parse_config(["--resume", str(tmp_path), "--steps", "4", "--save-every", "1", "--model", "tiny"])
     assert (cfg.steps, cfg.save_every, cfg.resume) == (4, 1, str(tmp_path))
+    assert "extending a finished run: its last step scored the open epoch early" in capsys.readouterr().out
     assert {**dataclasses.asdict(cfg), "steps": 2, "save_every": saved["save_every"], "resume": ""} == saved
     assert cfg.fixed.designer_max_tokens == 256                      # the tables apply to a resumed run too
     again = ["--model", "tiny", "--steps", "4", "--lr", "1e-5"]        # the original command line again
