@@ -358,7 +358,9 @@ class VLLMEngine:
     `sleep()`/`wake_up()` are no-ops, and the KV cache is a fixed 1 GiB of host memory. vLLM loads the
     model's checkpoint (its directory or hub id) or, for models without one (`tiny`, the GGUF
     default), a snapshot saved to a temporary directory.
-    Nucleus sampling without top-k uses the whole vocabulary here (HFEngine: the top 1024).
+    Nucleus sampling without top-k uses the whole vocabulary here (HFEngine: the top 1024). A prompt that
+    leaves no room for a token below `max_model_len` gets an empty completion ("length"), where vLLM
+    would refuse the whole call.
     """
 
     def __init__(self, model, tokenizer, *, eos_token_ids=None, gpu_memory_utilization=None, max_model_len=None,
@@ -418,8 +420,15 @@ class VLLMEngine:
             sampling += [self.vllm.SamplingParams(**base, seed=None if params.seed is None else params.seed + i)
                          for i in range(len(prompts))]
             requests += [{"prompt_token_ids": list(p)} for p in prompts]
+        # vLLM refuses a whole call for one prompt that leaves no room for a token: that one gets none.
+        fits = [len(r["prompt_token_ids"]) < self.llm.llm_engine.model_config.max_model_len for r in requests]
+        outputs = iter(self.llm.generate([r for r, fit in zip(requests, fits) if fit],
+                                         [s for s, fit in zip(sampling, fits) if fit], use_tqdm=False) if any(fits) else [])
         completions = []
-        for out in (output.outputs[0] for output in self.llm.generate(requests, sampling, use_tqdm=False)):
+        for out in (next(outputs).outputs[0] if fit else None for fit in fits):
+            if out is None:
+                completions.append(Completion([], [], "length"))
+                continue
             ids, reason = list(out.token_ids), "stop" if out.finish_reason == "stop" else "length"
             assert reason == "length" or ids[-1] in self.eos_token_ids, f"stopped without an EOS token: {out}"
             completions.append(Completion(ids, [lp[token].logprob for lp, token in zip(out.logprobs, ids)], reason))

@@ -406,6 +406,8 @@ def test_vllm_matches_hf_engine_and_takes_pushed_weights(tiny, prompts):
 
     before = vllm_engine.generate(prompts, greedy)
     assert_same(before, hf_engine.generate(prompts, greedy))
+    too_long = vllm_engine.generate([prompts[0], prompts[0][:1] * 256], greedy)   # max_model_len 256
+    assert too_long[1] == Completion([], [], "length") and too_long[0].token_ids == before[0].token_ids
     original = [(name, p.detach().clone()) for name, p in model.named_parameters()]
     generator = torch.Generator().manual_seed(0)
     vllm_engine.load_weights((n, p + 0.5 * torch.randn(p.shape, generator=generator)) for n, p in original)
