@@ -62,9 +62,9 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-        barrier()
+        barrier(run_dir, name)
         save_optimizer(optimizer, tmp, rank)
-        barrier()
+        barrier(run_dir, name)
         if rank != 0:
             return
         model.save_pretrained(tmp / "model", state_dict=full_model)
@@ -79,7 +79,8 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
         pointer.write_text(json.dumps({"checkpoint": name, "step": state["step"], "config": dataclasses.asdict(cfg)}))
         os.replace(pointer, run_dir / "latest")
     except (OSError, RuntimeError, SafetensorError) as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise SystemExit(f"spade.py: cannot write {run_dir / name} ({e}); {_kept(run_dir)}") from None
     steps = {p: _step(p) for p in run_dir.glob("ckpt-*")}   # by step: by name, ckpt-100000 < ckpt-99999
     older = sorted((p for p, step in steps.items() if step is not None and step < state["step"]), key=steps.get)
@@ -159,10 +160,16 @@ EARLIER_NAMES = types.ModuleType("earlier_names")   # torch.load's pickle_module
 EARLIER_NAMES.Unpickler, EARLIER_NAMES.load = EarlierNames, pickle.load
 
 
-def barrier():
+def barrier(run_dir, name):
+    """Every rank at this point of writing `name`; a rank that died on the way is one sentence, not a
+    failed write (its collective fails with a RuntimeError, as a full disk does)."""
     import torch.distributed as dist
     if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
+        try:
+            dist.barrier()
+        except RuntimeError as e:
+            raise SystemExit(f"spade.py: another rank stopped while {name} was being written "
+                             f"({str(e).splitlines()[0][:200]}); {_kept(run_dir)}") from None
 
 
 def save_optimizer(optimizer, directory, rank):

@@ -32,6 +32,10 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWN
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 24, 38, 22
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+# A library loaded after the fork (torch's OpenMP) sizes its thread pool by these; with no threads
+# allowed, anything but 1 makes it exit.
+ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS")
 SCRATCH_MB = 64                    # the child's one writable place: /tmp, also mounted on /dev/shm
 JAIL_TMP_MB = 256                  # the fork server's own /tmp (work directories where namespaces fail)
 UID_BASE, UID_BLOCK, UID_BLOCKS = 0x7000_0000, 1 << 16, 256   # above the usual user and container ranges
@@ -242,8 +246,8 @@ def confine_child(spec):
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")   # the machine's OOM killer takes a sandbox before the trainer
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
-    limits = {resource.RLIMIT_AS: spec["address_space"], resource.RLIMIT_FSIZE: 16 * 2**20,
-              resource.RLIMIT_NOFILE: 64, resource.RLIMIT_NPROC: 0, resource.RLIMIT_CORE: 0,
+    limits = {resource.RLIMIT_AS: spec["address_space"], resource.RLIMIT_FSIZE: SCRATCH_MB * 2**20,
+              resource.RLIMIT_NOFILE: 256, resource.RLIMIT_NPROC: 0, resource.RLIMIT_CORE: 0,
               resource.RLIMIT_MSGQUEUE: 0}
     for limit, value in limits.items():
         resource.setrlimit(limit, (value, value))
@@ -268,7 +272,8 @@ def confine_child(spec):
         install_seccomp()
     os.chdir(workdir)
     os.environ.clear()
-    os.environ.update(PATH="/usr/bin:/bin", HOME=workdir, TMPDIR=workdir)
+    os.environ.update(PATH="/usr/bin:/bin", HOME=workdir, TMPDIR=workdir, USER="sandbox", LOGNAME="sandbox",
+                      **dict.fromkeys(ONE_THREAD, "1"))
 
 
 def _private_mounts(uid, rebound):

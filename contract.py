@@ -222,6 +222,8 @@ def describe(error):
         text = f"{type(error).__name__}: {error}"
     except Exception:
         text = f"{type(error).__name__}: <unprintable message>"
+    if isinstance(error, BlockingIOError) or (isinstance(error, RuntimeError) and "new thread" in str(error)):
+        text += " (the sandbox runs no threads or processes)"   # RLIMIT_NPROC 0: EAGAIN, or threading's message
     tb, line = error.__traceback__, None
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == "<environment>":

@@ -258,14 +258,15 @@ def _prepare(slot, skill, attempt, setting, corpus, memory, seed, rollout_id, di
 
 def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str, params,
            max_attempts: int = 5, seed: int, rollout_id: int, difficulty: str = "medium",
-           num_validation_workers: int = 4, audit_params=None, only=None):
+           num_validation_workers: int = 4, audit_params=None, only=None, echo=True):
     """Write one environment per slot (a skill), each with up to `max_attempts` validated tries.
 
     Every round batches the attempts of all still-empty slots into one engine.generate call. Returns
     (environments, designer samples, stats); a slot whose attempts all fail is simply missing. `only`:
     the slot indices to write (a rank's share; launch.share), the others are another rank's.
     audit_params: sampling parameters of the solvability audit of what passes the gate (tool use,
-    METHOD 3.1 step 4); None = no audit.
+    METHOD 3.1 step 4); None = no audit. `echo`: print each rejection as it happens (spade.py prints
+    the gathered ones of every rank after the phase instead).
     """
     assert setting in SETTINGS, f"setting must be one of {SETTINGS}, got {setting!r}"
     skills = GAME_SKILLS if setting == "games" else TOOL_SKILLS
@@ -298,8 +299,8 @@ def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str,
             failures.append({"slot": a.slot, "skill": a.skill, "attempt": attempt, "stage": v.stage,
                              "error": error, "finish_reason": a.completion.finish_reason,
                              "response": a.response_text[:2000]})
-            print(f"designer: slot {a.slot} ({a.skill}) attempt {attempt}/{max_attempts} rejected "
-                  f"at {v.stage}: {error[:160]}")
+            if echo:
+                print(rejection_line(failures[-1], max_attempts))
     envs, samples = [], []
     for slot in sorted(accepted):
         a = accepted[slot]
@@ -312,6 +313,11 @@ def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str,
         print(f"designer: {len(envs)}/{len(slots)} environments valid after {num_attempts} attempts; "
               f"rejections by stage: {stats['num_failed_by_stage'] or 'none'}")
     return envs, samples, stats
+
+
+def rejection_line(failure: dict, max_attempts: int) -> str:
+    return (f"designer: slot {failure['slot']} ({failure['skill']}) attempt {failure['attempt']}/{max_attempts} "
+            f"rejected at {failure['stage']}: {failure['error'][:160]}")
 
 
 def audited(engine, tokenizer, validations, params):

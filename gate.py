@@ -4,12 +4,14 @@
 
 Extraction and brace repair (contract.py, in the trainer, linear in the text), a syntax check, then
 METHOD 3.1 step 2 (a-f and the unboxed probes with close()) and step 3 (the criteria of tool-use
-environments) in one sandbox within one deadline, plus a determinism check. The sandbox's child
-only answers ordinary requests (load, construct, reset, step, ...); every verdict is decided here,
+environments) in one sandbox, plus a determinism check and a play's construction in a second one (a
+fresh process, as each play has); 30 s a request, 120 s in all. A sandbox's child only answers ordinary
+requests (load, construct, reset, step, ...); every verdict is decided here,
 from replies that sandbox.py and contract.py have already type-checked, so code that forges its
 replies can only pass by answering like a working environment, which it then has to do in its plays
 as well. Where the gate is stricter than the official one is contract.py's docstring.
 """
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -33,8 +35,9 @@ class Rejected(Exception):
         self.stage, self.message = stage, message
 
 
-def validate_env(code, *, timeout_s=60.0, memory_mb=1024):
-    """The gate on a designer's response; never raises for anything the code does."""
+def validate_env(code, *, timeout_s=120.0, call_timeout_s=30.0, memory_mb=1024):
+    """The gate on a designer's response; never raises for anything the code does. Each request has a
+    play's `call_timeout_s`, and the whole gate `timeout_s`."""
     code = clean_text(extract_code(code))
     try:   # the parser raises RecursionError or MemoryError, not SyntaxError, on code nested 10^5 deep
         code = repair_braces(code)
@@ -45,20 +48,34 @@ def validate_env(code, *, timeout_s=60.0, memory_mb=1024):
         return Validation(False, "syntax", f"{type(e).__name__}: the code cannot be parsed", "", code)
     deadline = time.monotonic() + timeout_s
     try:
-        with EnvSandbox(None, timeout_s=timeout_s, memory_mb=memory_mb) as box:
-            return Validation(True, "passed", "", checks(box._call, code, deadline), code)
+        with contextlib.ExitStack() as boxes:
+            def sandbox():   # a fresh confined process; each request within a play's deadline and the gate's
+                box = boxes.enter_context(EnvSandbox(None, timeout_s=call_timeout_s, memory_mb=memory_mb))
+
+                def send(op, **request):
+                    try:
+                        return box.request(op, deadline=min(deadline, time.monotonic() + call_timeout_s), **request)
+                    except SandboxError as e:
+                        if e.kind == "timeout" and time.monotonic() >= deadline:
+                            raise SandboxError("timeout", f"the gate's {timeout_s:g} s ran out during {op}") from None
+                        raise
+                return send
+            return Validation(True, "passed", "", checks(sandbox, code), code)
     except SandboxError as e:
         return Validation(False, e.kind, e.message, "", code)
     except Rejected as e:
         return Validation(False, e.stage, e.message, "", code)
 
 
-def checks(send, code, deadline):
-    """The gate's requests through `send` (EnvSandbox._call) and its verdicts: the class name, or
-    Rejected(stage, why). A reply of the wrong shape is the stage "output"."""
-    def call(stage, op, **request):
+def checks(sandbox, code):
+    """The gate's requests and its verdicts: the class name, or Rejected(stage, why). `sandbox()` gives
+    the `send(op, **request)` (EnvSandbox.request) of a fresh process. A reply of the wrong shape is
+    the stage "output"."""
+    send = sandbox()
+
+    def call(stage, op, via=None, **request):
         try:
-            return send(op, deadline=deadline, **request)
+            return (via or send)(op, **request)
         except SandboxError as e:
             raise Rejected(stage if e.kind in ("load", "contract") else e.kind, e.message)
 
@@ -72,15 +89,15 @@ def checks(send, code, deadline):
         except ReplyError as e:
             raise Rejected("output", f"{stage}: {e}")
 
-    def new_instance(max_turns=None):   # as the gate constructs (3.1 b), or as a play does
-        value = call("construct", "construct", max_turns=max_turns)
+    def new_instance(via=None, max_turns=None):   # as the gate constructs (3.1 b), or as a play does
+        value = call("construct", "construct", via, max_turns=max_turns)
         require("output", type(value) is list and len(value) == 2 and type(value[0]) is int
                 and type(value[1]) is list and all(type(m) is str for m in value[1]), "construct: a malformed reply")
         require("interface", not value[1], lambda: f"the environment has no {value[1][0]}() method")
         return value[0]
 
-    def reset(env, seed, stage):
-        obs, _, types = checked(stage, checked_reset, call(stage, "reset", env=env, seed=seed))
+    def reset(env, seed, stage, via=None):
+        obs, _, types = checked(stage, checked_reset, call(stage, "reset", via, env=env, seed=seed))
         require(stage, types in (["str"], ["str", "dict"]) and obs.strip(),
                 f"reset(seed={seed}) must return (non-empty str, dict) or a non-empty str")
         return obs
@@ -101,9 +118,11 @@ def checks(send, code, deadline):
         if terminated or truncated:
             break
     reset(env, 123, "reseed")
-    require("determinism", reset(new_instance(), 42, "determinism") == first,
-            "two fresh instances reset with seed 42 gave different first observations")
-    new_instance(PLAY_MAX_TURNS)
+    other = sandbox()   # a process of its own, as each play has: nothing the first instance left is there
+    call("determinism", "load", other, code=code)
+    require("determinism", reset(new_instance(other), 42, "determinism", other) == first,
+            "reset(seed=42) of a fresh instance in a process of its own gave another first observation")
+    new_instance(other, PLAY_MAX_TURNS)
     call("close", "probe")
     if loaded.get("tool_use") is True:
         _criteria(call, require)

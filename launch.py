@@ -56,20 +56,29 @@ def free_port() -> int:
 
 def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) -> int:
     """Run `python script argv` as `world` ranks of this node; returns the first failing rank's exit status,
-    or 0. Ctrl-C is left to the ranks (they share this process group); this process only waits. Only rank
+    or 0. Ctrl-C is left to the ranks (they share this process group); a SIGINT sent to this process alone
+    is passed on to them as a first Ctrl-C (SIGUSR1). Only rank
     0 prints (every rank holds the whole step's results: `gather`); every rank's errors (stderr) are shown."""
     port = free_port()
     ranks = [subprocess.Popen([sys.executable, script, *argv], env={**os.environ, **rank_environment(r, world, port)},
                               stdout=None if r == 0 else subprocess.DEVNULL)   # the others' would repeat it
              for r in range(world)]
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # after the ranks started: they must not inherit it
+    # After the ranks started, so that they do not inherit it: SIGINT is taken here only by sigtimedwait.
+    # A terminal's Ctrl-C reaches the ranks themselves (they share this process group); one sent by
+    # kill() to this process (si_code SI_USER, 0) is passed on as SIGUSR1, which stops them as a first
+    # Ctrl-C does and never aborts them (install_sigint_handler).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, lambda signum, frame: [rank.terminate() for rank in ranks])  # `kill`: no orphans
     while True:
         codes = [rank.poll() for rank in ranks]
-        failed = [code for code in codes if code not in (None, 0)]
+        failed = [(r, code) for r, code in enumerate(codes) if code not in (None, 0)]
         if failed or all(code == 0 for code in codes):
             break
-        time.sleep(poll_s)
+        interrupt = signal.sigtimedwait({signal.SIGINT}, poll_s)
+        if interrupt is not None and interrupt.si_code == 0:
+            for rank in ranks:
+                if rank.poll() is None:
+                    rank.send_signal(signal.SIGUSR1)
     for rank in ranks:  # a rank died: the others would wait for it forever
         if rank.poll() is None:
             rank.terminate()
@@ -79,11 +88,13 @@ def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) 
         except subprocess.TimeoutExpired:
             rank.kill()
             rank.wait()
-    if failed:
-        how = (f"exited with status {failed[0]}" if failed[0] > 0 else
-               f"was killed by signal {-failed[0]} ({signal.strsignal(-failed[0]) or 'unknown'})")
-        print(f"launch: a rank {how}; stopped the others", file=sys.stderr, flush=True)
-    return (failed[0] if failed[0] > 0 else 128 - failed[0]) if failed else 0   # killed by signal N: 128 + N
+    if not failed:
+        return 0
+    rank, code = failed[0]
+    how = (f"exited with status {code}" if code > 0 else
+           f"was killed by signal {-code} ({signal.strsignal(-code) or 'unknown'})")
+    print(f"launch: rank {rank} {how}; stopped the others", file=sys.stderr, flush=True)
+    return code if code > 0 else 128 - code   # killed by signal N: 128 + N
 
 
 def setup_distributed():
@@ -107,15 +118,20 @@ def setup_distributed():
 
 
 def install_sigint_handler() -> threading.Event:
-    """First Ctrl-C: finish this step, checkpoint, exit. Second Ctrl-C: stop at once."""
-    stop = threading.Event()
+    """First Ctrl-C: finish this step, checkpoint, exit. Second Ctrl-C: stop at once. SIGUSR1 (the
+    launcher's word for a SIGINT sent to it alone) stops as a first Ctrl-C does, however often it comes."""
+    stop, interrupts = threading.Event(), []
 
     def handler(signum, frame):
-        if stop.is_set():
+        interrupts.extend([signum] if signum == signal.SIGINT else [])
+        if len(interrupts) > 1:
             raise KeyboardInterrupt
-        stop.set()
-        print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to abort)", flush=True)
+        if not stop.is_set():
+            stop.set()
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # one more, even while this process exits, is harmless
+            print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to abort)", flush=True)
     signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGUSR1, handler)
     return stop
 
 

@@ -30,7 +30,7 @@ What each child gets (protected against):
 - files: a read-only view of the host in which /home, /root, /run, /tmp and /var/tmp are empty,
   read-only tmpfs, but for the interpreter's, the project's and the trainer's sys.path directories
   (read-only, so imports work as in the trainer; never one of those five whole); one writable place,
-  a private 64 MiB tmpfs on /tmp (also /dev/shm, its cwd and HOME) that vanishes with it; RLIMIT_FSIZE 16 MiB, RLIMIT_NOFILE 64;
+  a private 64 MiB tmpfs on /tmp (also /dev/shm, its cwd and HOME) that vanishes with it; RLIMIT_FSIZE 64 MiB, RLIMIT_NOFILE 256;
   a read-only /dev of null, zero, full, random, urandom, tty, ptmx and pts, shm and the fd links:
   no /dev/nvidia*, no /dev/dri, so no GPU memory beside the trainer's.
 - network and IPC: network, IPC and UTS namespaces of its own (no interfaces; SysV objects and POSIX
@@ -38,8 +38,8 @@ What each child gets (protected against):
   host can be reached.
 - identity: a uid of its own, unique among the fork servers that share /run (when the trainer is
   root), no capabilities and an empty bounding set, NO_NEW_PRIVS (setuid binaries give nothing), not
-  dumpable, a fresh empty session keyring (keyctl refused), an environment with only PATH, HOME and
-  TMPDIR, stdio on /dev/null.
+  dumpable, a fresh empty session keyring (keyctl refused), an environment with only PATH, HOME,
+  TMPDIR, USER and LOGNAME ("sandbox") and one thread for OpenMP and BLAS, stdio on /dev/null.
 - what comes back: the parent reads at most one capped frame per call, as strict JSON (no NaN, no
   trailing data), checks the request id, that nothing arrived between calls and every type (a str
   observation with lone surrogates replaced, a finite float reward, bool flags, a flat JSON info,
@@ -140,8 +140,7 @@ class _Zygote:
         argv = [*prefix, sys.executable, "-u", os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver.py"),
                 "--serve", str(theirs.fileno()), json.dumps(self._config)]
         log = tempfile.TemporaryFile()
-        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1",
-               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", **dict.fromkeys(confine.ONE_THREAD, "1")}
         self.process = subprocess.Popen(argv, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=log, cwd="/")
         theirs.close()
@@ -274,7 +273,7 @@ class EnvSandbox:
         self._sock, self.alive = ours, True
         self._ready(time.monotonic() + timeout_s)
         if code is not None:
-            loaded = self._call("load", code=code, max_turns=max_turns)
+            loaded = self.request("load", code=code, max_turns=max_turns)
             if type(loaded) is not dict or loaded.get("class") is None:
                 self._fail("load", "no class whose name ends in 'Env' was defined")
             self.class_name = self._checked(clean_text, loaded["class"])
@@ -311,8 +310,9 @@ class EnvSandbox:
             except OSError:   # gone already
                 pass
 
-    def _call(self, op, deadline=None, **request):
-        """Send one request; return its value or raise SandboxError (killing the child)."""
+    def request(self, op, deadline=None, **fields):
+        """Send one request (forkserver.operations), by `deadline` (else within timeout_s); return its
+        value or raise SandboxError (killing the child)."""
         if not self.alive:
             raise SandboxError("crash", "this sandbox is closed (it failed before, or close() was called)")
         deadline = deadline or time.monotonic() + self.timeout_s
@@ -323,7 +323,7 @@ class EnvSandbox:
                     raise EOFError
                 self._fail("output", f"{op}: the environment wrote to its reply socket between calls")
             self._signal(signal.SIGCONT)
-            send(self._sock, frame({"op": op, "id": number, **request}), deadline)
+            send(self._sock, frame({"op": op, "id": number, **fields}), deadline)
             reply = strict_json(recv(self._sock, deadline))
             self._signal(signal.SIGSTOP)
         except TimeoutError:
@@ -369,18 +369,18 @@ class EnvSandbox:
         return status, oom
 
     def reset(self, seed=None):
-        obs, info, _ = self._checked(checked_reset, self._call("reset", seed=seed))
+        obs, info, _ = self._checked(checked_reset, self.request("reset", seed=seed))
         return obs, info
 
     def step(self, action):
-        value = self._call("step", action=str(action)[:MAX_ACTION_CHARS])
+        value = self.request("step", action=str(action)[:MAX_ACTION_CHARS])
         return self._checked(checked_step, value)[:5]
 
     def tools(self):
-        return self._checked(checked_tools, self._call("tools"))
+        return self._checked(checked_tools, self.request("tools"))
 
     def call_tool(self, name, arguments):
-        value = self._call("call_tool", name=str(name), arguments=arguments if isinstance(arguments, dict) else {})
+        value = self.request("call_tool", name=str(name), arguments=arguments if isinstance(arguments, dict) else {})
         return self._checked(clean_text, value)
 
     def close(self):

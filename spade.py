@@ -247,7 +247,7 @@ def resumed_config(given):
                          f"change (these can: {', '.join('--' + k.replace('_', '-') for k in RESUMABLE)})")
     if wanted.steps <= pointer["step"]:
         raise SystemExit(f"spade.py: {given['resume']} is at step {pointer['step']} already: give more --steps")
-    if pointer["step"] == saved.steps:
+    if pointer["step"] == saved.steps and not (saved.pool or saved.rlve):   # the baselines have no designer
         print(f"spade.py: extending a finished run: its last step scored the open epoch early (METHOD.md 6.2), "
               f"so it trains no designer samples until its next regen step", flush=True)
     return wanted
@@ -291,6 +291,7 @@ def self_play_step(run, step):
     #    played again (METHOD 3.3); the advantages are z-scored per environment; the open epoch records
     #    this step's rewards of its environments.
     episodes, hung = drop_failed(played, state["blacklist"])
+    log_blacklisted(run, hung)
     rewards = group_rewards(episodes)
     agent_samples = trained_agent_samples(episodes, compact_filter=cfg.setting == "tool_use")
     metrics.update(agent_metrics(played, episodes, rewards))
@@ -389,13 +390,15 @@ def regen_pool(run, step, times, metrics):
         parts = divided(run, [1.0] * len(slots), lambda mine: [designer.design(
             run.gen, run.tokenizer, slots, corpus=run.corpus, memory=run.memory, setting=cfg.setting,
             params=run.params["designer"], max_attempts=cfg.fixed.designer_attempts, seed=cfg.seed,
-            rollout_id=step, audit_params=run.params["audit"], only=mine)], per_rank=True)
+            rollout_id=step, audit_params=run.params["audit"], only=mine, echo=False)], per_rank=True)
         new_envs = sorted((e for envs, _, _ in parts for e in envs), key=lambda e: e.env_id)   # by slot
         samples = sorted((s for _, samples, _ in parts for s in samples), key=lambda s: s.env_id)
         failures = sorted((f for _, _, stats in parts for f in stats["failures"]), key=lambda f: (f["attempt"], f["slot"]))
         attempts = sum(stats["num_attempts"] for _, _, stats in parts)
         metrics.update({"designer/valid_rate": len(new_envs) / len(slots), "designer/attempts": attempts})
         stages = dict(Counter(f["stage"] for f in failures))
+        for failure in failures:   # every rank's, in order (each rank wrote its own share)
+            run.log.print(designer.rejection_line(failure, cfg.fixed.designer_attempts))
         run.log.print(f"designer: {len(new_envs)}/{len(slots)} environments valid after {attempts} attempts; "
                       f"rejections by stage: {stages or 'none'}")
     with timer(times, "hints"):
@@ -405,6 +408,7 @@ def regen_pool(run, step, times, metrics):
         # The same seeds as this step's unhinted plays: both arms of the regret meet the same instances.
         hinted = play_shared(run, new_envs, cfg.fixed.hint_plays, step, hints) if hints else []
         scored_hinted, hung = drop_failed(hinted, state["blacklist"])
+        log_blacklisted(run, hung)
     topup = state["rng"].sample(run.seeds, min(len(run.seeds), max(0, cfg.num_envs - len(new_envs))))
     if topup:
         run.log.print(f"designer: {len(new_envs)}/{cfg.num_envs} valid; topping up the pool with "
@@ -605,6 +609,11 @@ def remember_new_envs(run, regen, rewards, episodes, step):
         return {}
     return {"designer/regret": sum(v["regret"] for v in scores.values()) / len(scores),
             "designer/env_lines": sum(len(e.code.splitlines()) for e in regen.envs) / len(regen.envs)}
+
+
+def log_blacklisted(run, hung):
+    if hung:
+        run.log.print(f"blacklisted (hung in load, reset or step; not played again): {', '.join(sorted(hung))}")
 
 
 def next_from_pool(pool, state, n):

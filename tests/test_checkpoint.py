@@ -165,6 +165,30 @@ def test_the_gpu_generator_resumes_where_it_was(tmp_path):
     assert torch.equal(torch.rand(3, device="cuda"), expected)
 
 
+def lost_rank(rank, port, run_dir):
+    """Rank 1 dies as a killed rank would, while rank 0 waits for it in the checkpoint's barrier."""
+    import datetime
+    import os
+    import pathlib
+    dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}",
+                            timeout=datetime.timedelta(seconds=60))
+    if rank == 1:
+        os._exit(0)
+    try:
+        checkpoint.barrier(pathlib.Path(run_dir), "ckpt-00003")
+    except SystemExit as e:
+        (pathlib.Path(run_dir) / "message").write_text(str(e))
+
+
+def test_a_rank_lost_while_a_checkpoint_is_written_is_not_a_failed_write(tmp_path):
+    import torch.multiprocessing as mp
+    saved_run(tmp_path, [2])
+    mp.spawn(lost_rank, args=(free_port(), str(tmp_path)), nprocs=2)
+    message = (tmp_path / "message").read_text()
+    assert message.startswith("spade.py: another rank stopped while ckpt-00003 was being written (")
+    assert message.endswith("the checkpoints kept in " + str(tmp_path) + ": ckpt-00002")
+
+
 def test_a_checkpoint_without_its_optimizer_or_with_a_memory_of_another_shape_is_one_sentence(tmp_path):
     from designer import EnvMemory
     saved_run(tmp_path, [2, 4])

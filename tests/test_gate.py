@@ -39,6 +39,24 @@ def test_validation_rejects_at_the_right_stage(code, stage):
     assert not result.ok and result.stage == stage, (result.stage, result.error)
 
 
+def test_what_only_a_shared_process_would_break_passes():
+    """Every play runs in a process of its own: class-level state (a game counter) and an instance of
+    several hundred MB are fine there, so the gate judges them in processes of their own too."""
+    counter = env_code(top="import itertools", init="self.number = next(HostileEnv.games)",
+                       reset="return f'Game #{self.number}', {}") + "    games = itertools.count(1)\n"
+    assert validate_env(counter).ok
+    big = env_code(init="self.table = bytearray(100 << 20)")   # 100 MB an instance, 256 MB a process
+    result = validate_env(big, memory_mb=256)
+    assert result.ok, (result.stage, result.error)
+
+
+def test_each_request_has_a_plays_deadline_and_the_gate_its_own():
+    slow = validate_env(env_code(reset="time.sleep(5)\nreturn 'obs', {}"), call_timeout_s=1)
+    assert (slow.stage, slow.error) == ("timeout", "reset did not finish within 1 s"), slow.error
+    patient = validate_env(env_code(reset="time.sleep(0.4)\nreturn 'obs', {}"), timeout_s=1, call_timeout_s=30)
+    assert patient.stage == "timeout" and "the gate's 1 s ran out" in patient.error, patient.error
+
+
 @pytest.mark.parametrize("code", ["1+" * 100_000 + "1", "-" * 100_000 + "1", "x = '\\0'\x00", "x" + "[0]" * 100_000])
 def test_code_the_parser_cannot_take_is_a_syntax_failure(code):
     result = validate_env(code)

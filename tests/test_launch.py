@@ -24,9 +24,12 @@ RECORDS_CTRL_C = """
 import os, signal, sys, time
 out = sys.argv[1] + "/rank" + os.environ["RANK"]
 def stopped(signum, frame):
-    open(out, "w").write(" ".join(os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")))
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # as launch.install_sigint_handler: a second one is harmless
+    open(out, "w").write(" ".join([*(os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")),
+                                   str(signum)]))
     sys.exit(0)
 signal.signal(signal.SIGINT, stopped)
+signal.signal(signal.SIGUSR1, stopped)
 print("rank", os.environ["RANK"], "ready", flush=True)
 os.write(2, f"rank {os.environ['RANK']} error stream\\n".encode())  # one write: the ranks share the pipe
 open(out + ".ready", "w").close()
@@ -44,13 +47,14 @@ def test_a_rank_that_dies_takes_the_others_down_and_its_status_is_returned(tmp_p
     start = time.time()
     assert launch.launch_ranks([], 3, str(script), poll_s=0.05) == 3
     assert time.time() - start < 60   # not the 600 s the survivors would have waited
-    assert "a rank exited with status 3; stopped the others" in capsys.readouterr().err
+    assert "rank 1 exited with status 3; stopped the others" in capsys.readouterr().err
     script.write_text(ONE_RANK_DIES.replace("sys.exit(3)", "os.kill(os.getpid(), 9)"))
     assert launch.launch_ranks([], 2, str(script), poll_s=0.05) == 128 + 9
-    assert "a rank was killed by signal 9 (Killed); stopped the others" in capsys.readouterr().err
+    assert "rank 1 was killed by signal 9 (Killed); stopped the others" in capsys.readouterr().err
 
 
-def test_ctrl_c_to_the_terminal_reaches_every_rank_and_not_the_launcher(tmp_path):
+def started_ranks(tmp_path):
+    """launch_ranks of two RECORDS_CTRL_C ranks, once both are ready."""
     script = tmp_path / "rank.py"
     script.write_text(RECORDS_CTRL_C)
     code = f"import sys, launch; sys.exit(launch.launch_ranks([{str(tmp_path)!r}], 2, {str(script)!r}, poll_s=0.05))"
@@ -60,6 +64,11 @@ def test_ctrl_c_to_the_terminal_reaches_every_rank_and_not_the_launcher(tmp_path
     deadline = time.time() + 60
     while time.time() < deadline and not all((tmp_path / f"rank{r}.ready").exists() for r in (0, 1)):
         time.sleep(0.05)
+    return launcher
+
+
+def test_ctrl_c_to_the_terminal_reaches_every_rank_and_not_the_launcher(tmp_path):
+    launcher = started_ranks(tmp_path)
     os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
     stdout, stderr = launcher.communicate(timeout=60)
     assert launcher.returncode == 0
@@ -67,6 +76,16 @@ def test_ctrl_c_to_the_terminal_reaches_every_rank_and_not_the_launcher(tmp_path
     assert "rank 0 error stream" in stderr and "rank 1 error stream" in stderr   # errors of every rank show
     seen = [(tmp_path / f"rank{r}").read_text().split() for r in (0, 1)]
     assert [s[:3] for s in seen] == [["0", "0", "2"], ["1", "1", "2"]] and seen[0][3] == seen[1][3]
+
+
+def test_a_sigint_to_the_launcher_alone_reaches_the_ranks_as_sigusr1(tmp_path):
+    """`kill -INT <launcher>` (a scheduler, a script): the ranks stop after their step, as on a first
+    Ctrl-C (SIGUSR1 never aborts them, so a terminal's Ctrl-C passed on as well still counts once)."""
+    launcher = started_ranks(tmp_path)
+    os.kill(launcher.pid, signal.SIGINT)
+    launcher.communicate(timeout=60)
+    assert launcher.returncode == 0
+    assert [(tmp_path / f"rank{r}").read_text().split()[4] for r in (0, 1)] == [str(int(signal.SIGUSR1))] * 2
 
 
 def test_a_stray_rank_variable_is_one_sentence(monkeypatch):

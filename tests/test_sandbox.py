@@ -160,7 +160,19 @@ def test_os_system_starts_nothing(tmp_path):
 
 
 def test_thread_cannot_start():
-    attack(env_code(step="import threading\nthreading.Thread(target=lambda: time.sleep(100)).start()"), "contract")
+    error = attack(env_code(step="import threading\nthreading.Thread(target=lambda: time.sleep(100)).start()"), "contract")
+    assert "(the sandbox runs no threads or processes)" in error.message
+
+
+def test_what_ordinary_code_expects_of_a_process():
+    """A user name, 200 open files, a 20 MB file, one OpenMP thread for libraries loaded later."""
+    code = env_code(reset="""
+        import getpass
+        files = [open(f'f{i}', 'w') for i in range(200)]
+        open('big', 'wb').write(b'x' * (20 << 20))
+        return f"{getpass.getuser()} {len(files)} {os.path.getsize('big')} {os.environ['OMP_NUM_THREADS']}", {}""")
+    with EnvSandbox(code) as box:
+        assert box.reset()[0] == f"sandbox 200 {20 << 20} 1"
 
 
 def test_kill_parent_is_refused():
@@ -252,7 +264,7 @@ def test_working_directory_is_the_private_scratch_space():
 
 
 def test_file_size_limit():
-    attack(env_code(step="open('big', 'wb').write(b'x' * (64 * 2**20))"), "contract")
+    attack(env_code(step="open('big', 'wb').write(b'x' * (65 * 2**20))"), "contract")
 
 
 def test_secrets_are_not_inherited(monkeypatch):

@@ -396,8 +396,9 @@ def comparable(metrics):
 @pytest.mark.parametrize("baseline", [[], ["--rlve", "--num-envs", "3"]], ids=["self-play", "rlve"])
 def test_two_ranks_play_what_one_process_plays_and_update_the_same(baseline, tmp_path):
     """Each play's seed fixes its environment, and greedy sampling its tokens: 2 gloo ranks dividing the
-    plays, the designer's slots and the hinted plays (or RLVE's problems) between them give one process's
-    episodes, metrics and weights (the update within float tolerance)."""
+    plays and the designer's slots (or RLVE's problems) between them give one process's episodes,
+    metrics, weights (the update within float tolerance) and printed rejections. Hints are left out
+    (learning_potential): they are sampled at their own temperature, 0.3, from each rank's stream."""
     args = [*FAST, "--temperature", "1e-3", "--designer-reward", "learning_potential", "--steps", "2", *baseline]
     single = spade(*args, "--out", str(tmp_path / "one"))
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
@@ -411,6 +412,8 @@ def test_two_ranks_play_what_one_process_plays_and_update_the_same(baseline, tmp
         assert comparable(a).keys() == comparable(b).keys()
         for key, value in comparable(a).items():
             assert b[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    rejections = lambda text: [line for line in text.splitlines() if " rejected at " in line]
+    assert rejections(output) == rejections(single.stdout) and (baseline or rejections(output))
     plays = [json.loads((tmp_path / run / "samples" / "step_00000" / "plays.json").read_text()) for run in ("one", "two")]
     assert plays[0] == plays[1]
     weights = [final_weights(tmp_path / run)[0] for run in ("one", "two")]
