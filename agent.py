@@ -222,7 +222,7 @@ def _render(tokenizer, messages, tools, add_generation_prompt, thinking=False):
     """The chat template's text; what the environment wrote (a hint too, and its tools) is kept `plain`."""
     specials = tokenizer.all_special_tokens
     messages = [m if m["role"] == "assistant" else {**m, "content": plain(m["content"], specials)} for m in messages]
-    tools = json.loads(plain(json.dumps(tools), specials)) if tools else tools   # inside JSON strings only
+    tools = json.loads(plain(json.dumps(tools, ensure_ascii=False), specials)) if tools else tools   # in strings only
     return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, enable_thinking=thinking,
                                          add_generation_prompt=add_generation_prompt)
 

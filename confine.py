@@ -246,8 +246,10 @@ def confine_child(spec):
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")   # the machine's OOM killer takes a sandbox before the trainer
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
-    limits = {resource.RLIMIT_AS: spec["address_space"], resource.RLIMIT_FSIZE: SCRATCH_MB * 2**20,
-              resource.RLIMIT_NOFILE: 256, resource.RLIMIT_NPROC: 0, resource.RLIMIT_CORE: 0,
+    # Without a memory cgroup only files bound the memfds RLIMIT_AS does not count: 64 of 16 MiB.
+    files, file_mb = (256, SCRATCH_MB) if spec["cgroup"] else (64, 16)
+    limits = {resource.RLIMIT_AS: spec["address_space"], resource.RLIMIT_FSIZE: file_mb * 2**20,
+              resource.RLIMIT_NOFILE: files, resource.RLIMIT_NPROC: 0, resource.RLIMIT_CORE: 0,
               resource.RLIMIT_MSGQUEUE: 0}
     for limit, value in limits.items():
         resource.setrlimit(limit, (value, value))

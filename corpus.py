@@ -38,9 +38,10 @@ def truncate_words(text: str, max_words: int) -> str:
     'xxxxxxxxxxxxxxxxxxxxxxxx\\n[Document truncated at ~3 words]'
     """
     words = text.split()
-    if len(words) <= max_words and len(text) <= max_words * CHARS_PER_WORD:
+    kept = " ".join(words[:max_words])
+    if len(words) <= max_words and len(kept) <= max_words * CHARS_PER_WORD:
         return text
-    return " ".join(words[:max_words])[:max_words * CHARS_PER_WORD] + f"\n[Document truncated at ~{max_words} words]"
+    return kept[:max_words * CHARS_PER_WORD] + f"\n[Document truncated at ~{max_words} words]"
 
 
 @dataclass

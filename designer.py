@@ -82,10 +82,11 @@ class EnvMemory:
         try:
             return EnvMemory.checked(json.loads(path.read_text()))
         except (ValueError, OSError) as e:   # JSONDecodeError, UnicodeDecodeError; a directory
-            aside, copies = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"), 1
+            base = f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+            aside, copies = path.with_name(base), 1
             while aside.exists():   # one an earlier start moved aside this second
                 copies += 1
-                aside = aside.with_name(f"{aside.name.rsplit('~', 1)[0]}~{copies}")
+                aside = path.with_name(f"{base}~{copies}")
             os.replace(path, aside)
             print(f"memory: {path} is corrupt ({str(e)[:200]}); moved it to {aside}, starting empty")
             return []

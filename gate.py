@@ -50,7 +50,8 @@ def validate_env(code, *, timeout_s=120.0, call_timeout_s=30.0, memory_mb=1024):
     try:
         with contextlib.ExitStack() as boxes:
             def sandbox():   # a fresh confined process; each request within a play's deadline and the gate's
-                box = boxes.enter_context(EnvSandbox(None, timeout_s=call_timeout_s, memory_mb=memory_mb))
+                start_s = max(0.1, min(call_timeout_s, deadline - time.monotonic()))
+                box = boxes.enter_context(EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb))
 
                 def send(op, **request):
                     try:

@@ -7,7 +7,7 @@ MASTER_PORT), so that a 30B model is sharded over the node instead of overflowin
 works as well. We start the ranks ourselves rather than through torchrun for Ctrl-C: torchrun runs
 its workers in sessions of their own, forwards the signal and kills them 30 s later, mid-checkpoint
 for a large model; our ranks share the terminal's process group, so a Ctrl-C reaches each of them,
-and the launcher only waits. If a rank dies, the launcher stops the others (they would wait for it
+and the launcher passes on only a SIGINT sent to it alone. If a rank dies, the launcher stops the others (they would wait for it
 in a collective forever) and exits with that rank's status.
 
     >>> rank_environment(1, 4, 29500)["LOCAL_RANK"], rank_environment(1, 4, 29500)["WORLD_SIZE"]
@@ -55,20 +55,40 @@ def free_port() -> int:
 
 
 def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) -> int:
-    """Run `python script argv` as `world` ranks of this node; returns the first failing rank's exit status,
-    or 0. Ctrl-C is left to the ranks (they share this process group); a SIGINT sent to this process alone
-    is passed on to them as a first Ctrl-C (SIGUSR1). Only rank
-    0 prints (every rank holds the whole step's results: `gather`); every rank's errors (stderr) are shown."""
+    """Run `python script argv` as `world` ranks of this node; returns a failed rank's exit status (the
+    lowest-numbered seen failed), or 0. Ctrl-C is left to the ranks (they share this process group); a
+    SIGINT sent to this process alone is passed on to them as a first Ctrl-C (SIGUSR1). Only rank 0
+    prints (every rank holds the whole step's results: `gather`); every rank's errors (stderr) are shown."""
     port = free_port()
+    usr1 = signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # inherited: ignored until install_sigint_handler
     ranks = [subprocess.Popen([sys.executable, script, *argv], env={**os.environ, **rank_environment(r, world, port)},
                               stdout=None if r == 0 else subprocess.DEVNULL)   # the others' would repeat it
              for r in range(world)]
-    # After the ranks started, so that they do not inherit it: SIGINT is taken here only by sigtimedwait.
-    # A terminal's Ctrl-C reaches the ranks themselves (they share this process group); one sent by
-    # kill() to this process (si_code SI_USER, 0) is passed on as SIGUSR1, which stops them as a first
-    # Ctrl-C does and never aborts them (install_sigint_handler).
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    signal.signal(signal.SIGTERM, lambda signum, frame: [rank.terminate() for rank in ranks])  # `kill`: no orphans
+    signal.signal(signal.SIGUSR1, usr1)
+    # After the ranks started, so that they do not inherit them: `kill` leaves no orphans, and SIGINT
+    # is taken here only by sigtimedwait (_supervise), so that a terminal's is told from kill()'s.
+    term = signal.signal(signal.SIGTERM, lambda signum, frame: [rank.terminate() for rank in ranks])
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        failed = _supervise(ranks, poll_s)
+    finally:
+        while signal.sigtimedwait({signal.SIGINT}, 0) is not None:   # taken here, never delivered later
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGTERM, term)
+    if not failed:
+        return 0
+    rank, code = failed[0]
+    how = (f"exited with status {code}" if code > 0 else
+           f"was killed by signal {-code} ({signal.strsignal(-code) or 'unknown'})")
+    print(f"launch: rank {rank} {how}; stopped the others", file=sys.stderr, flush=True)
+    return code if code > 0 else 128 - code   # killed by signal N: 128 + N
+
+
+def _supervise(ranks, poll_s):
+    """Wait until every rank has exited 0 or one has failed, then stop the others (they would wait for it
+    forever); [(rank, status)] of the failed. A SIGINT that kill() sent to this process (si_code
+    SI_USER, 0) goes on to the ranks as SIGUSR1; a terminal's (SI_KERNEL) has reached them already."""
     while True:
         codes = [rank.poll() for rank in ranks]
         failed = [(r, code) for r, code in enumerate(codes) if code not in (None, 0)]
@@ -79,7 +99,7 @@ def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) 
             for rank in ranks:
                 if rank.poll() is None:
                     rank.send_signal(signal.SIGUSR1)
-    for rank in ranks:  # a rank died: the others would wait for it forever
+    for rank in ranks:
         if rank.poll() is None:
             rank.terminate()
     for rank in ranks:
@@ -88,13 +108,7 @@ def launch_ranks(argv: list[str], world: int, script: str, poll_s: float = 0.5) 
         except subprocess.TimeoutExpired:
             rank.kill()
             rank.wait()
-    if not failed:
-        return 0
-    rank, code = failed[0]
-    how = (f"exited with status {code}" if code > 0 else
-           f"was killed by signal {-code} ({signal.strsignal(-code) or 'unknown'})")
-    print(f"launch: rank {rank} {how}; stopped the others", file=sys.stderr, flush=True)
-    return code if code > 0 else 128 - code   # killed by signal N: 128 + N
+    return failed
 
 
 def setup_distributed():
@@ -120,16 +134,14 @@ def setup_distributed():
 def install_sigint_handler() -> threading.Event:
     """First Ctrl-C: finish this step, checkpoint, exit. Second Ctrl-C: stop at once. SIGUSR1 (the
     launcher's word for a SIGINT sent to it alone) stops as a first Ctrl-C does, however often it comes."""
-    stop, interrupts = threading.Event(), []
+    stop = threading.Event()
 
     def handler(signum, frame):
-        interrupts.extend([signum] if signum == signal.SIGINT else [])
-        if len(interrupts) > 1:
+        if stop.is_set():   # only a SIGINT gets here then: SIGUSR1 is ignored from the first stop on
             raise KeyboardInterrupt
-        if not stop.is_set():
-            stop.set()
-            signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # one more, even while this process exits, is harmless
-            print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to abort)", flush=True)
+        stop.set()
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # one more, even while this process exits, is harmless
+        print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to abort)", flush=True)
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGUSR1, handler)
     return stop

@@ -30,7 +30,7 @@ What each child gets (protected against):
 - files: a read-only view of the host in which /home, /root, /run, /tmp and /var/tmp are empty,
   read-only tmpfs, but for the interpreter's, the project's and the trainer's sys.path directories
   (read-only, so imports work as in the trainer; never one of those five whole); one writable place,
-  a private 64 MiB tmpfs on /tmp (also /dev/shm, its cwd and HOME) that vanishes with it; RLIMIT_FSIZE 64 MiB, RLIMIT_NOFILE 256;
+  a private 64 MiB tmpfs on /tmp (also /dev/shm, its cwd and HOME) that vanishes with it; RLIMIT_FSIZE 64 MiB, RLIMIT_NOFILE 256 (16 MiB and 64 without a memory cgroup, which bounds memfds);
   a read-only /dev of null, zero, full, random, urandom, tty, ptmx and pts, shm and the fd links:
   no /dev/nvidia*, no /dev/dri, so no GPU memory beside the trainer's.
 - network and IPC: network, IPC and UTS namespaces of its own (no interfaces; SysV objects and POSIX

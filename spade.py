@@ -247,9 +247,6 @@ def resumed_config(given):
                          f"change (these can: {', '.join('--' + k.replace('_', '-') for k in RESUMABLE)})")
     if wanted.steps <= pointer["step"]:
         raise SystemExit(f"spade.py: {given['resume']} is at step {pointer['step']} already: give more --steps")
-    if pointer["step"] == saved.steps and not (saved.pool or saved.rlve):   # the baselines have no designer
-        print(f"spade.py: extending a finished run: its last step scored the open epoch early (METHOD.md 6.2), "
-              f"so it trains no designer samples until its next regen step", flush=True)
     return wanted
 
 
@@ -527,6 +524,9 @@ def set_up(cfg):
         state = restore(checkpoint, optimizer, memory, rank)
         log.rewind(state["step"])
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
+        if state["step"] == read_pointer(run_dir)["config"]["steps"] and not (cfg.pool or cfg.rlve):
+            log.print("extending a finished run: its last step scored the open epoch early (METHOD.md 6.2), "
+                      "so it trains no designer samples until its next regen step")
     elif memory is not None and not memory.records:
         memory.seed_from(seeds)
     log.config()

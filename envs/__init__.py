@@ -131,8 +131,7 @@ def _read_directory(path: Path) -> tuple[list[Environment], int]:
     skills, found, unreadable = _manifest_skills(path), [], []
     for file in files:
         try:
-            found.append(Environment(file.stem, skills.get(file.name) or skill_from_name(file.stem),
-                                     file.read_bytes().removeprefix(b"\xef\xbb\xbf").decode()))
+            found.append(Environment(file.stem, skills.get(file.name) or skill_from_name(file.stem), _source(file)))
         except UnicodeDecodeError:
             unreadable.append(file.name)
     if unreadable:
@@ -140,9 +139,18 @@ def _read_directory(path: Path) -> tuple[list[Environment], int]:
     return found, len(unreadable)
 
 
+def _source(path: Path) -> str:
+    """A .py file's text, without a byte-order mark; UnicodeDecodeError when it is not UTF-8."""
+    return path.read_bytes().removeprefix(b"\xef\xbb\xbf").decode()
+
+
 def _beside(path: Path, names: tuple[str, ...]) -> Path | None:
     """The first of `names` in `path` or its parent (a released pool keeps them beside its `games/` folder)."""
     return next((folder / name for folder in (path, path.parent) for name in names if (folder / name).is_file()), None)
+
+
+class PoolMismatch(ValueError):
+    """The files of a pool are not those its checksums list."""
 
 
 def verify_checksums(path: Path, files: list[Path]):
@@ -161,7 +169,7 @@ def verify_checksums(path: Path, files: list[Path]):
     wrong = [p.name for p in files if p.resolve() in expected
              and hashlib.sha256(p.read_bytes()).hexdigest() != expected[p.resolve()]]
     if missing or wrong:
-        raise ValueError(f"{path} does not match {listing}: {len(wrong)} file(s) differ "
+        raise PoolMismatch(f"{path} does not match {listing}: {len(wrong)} file(s) differ "
                          f"{wrong[:3]}, {len(missing)} listed file(s) missing {missing[:3]}; download the pool again")
 
 
@@ -210,9 +218,11 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
                                 "(expected a directory of .py files, a .py file or a .jsonl file)")
     try:
         if path.suffix == ".py":   # one environment (no checksums or manifest: those describe a folder)
-            candidates, skipped = [Environment(path.stem, skill_from_name(path.stem), path.read_text())], 0
+            candidates, skipped = [Environment(path.stem, skill_from_name(path.stem), _source(path))], 0
         else:
             candidates, skipped = _read_directory(path) if path.is_dir() else _read_jsonl(path)
+    except PoolMismatch:
+        raise
     except (ValueError, RecursionError, AttributeError) as e:   # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{path} is not a pool (a directory of .py files, or JSON records with a `code` field): {e}")
     candidates = _distinct_ids(candidates)

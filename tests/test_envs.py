@@ -563,6 +563,8 @@ def test_bad_bytes_a_byte_order_mark_or_a_broken_manifest_lose_only_what_is_bad(
     assert [e.env_id for e in envs.load_pool(folder)] == ["d_spatial_reasoning"]
     out = capsys.readouterr().out
     assert "e_optimization.py" in out and "manifest.json has 1 line(s) that are not JSON" in out and "(1 skipped)" in out
+    (tmp_path / "f_spatial_reasoning.py").write_bytes(b"\xef\xbb\xbf" + good.encode())      # one file, with a BOM
+    assert [e.env_id for e in envs.load_pool(tmp_path / "f_spatial_reasoning.py")] == ["f_spatial_reasoning"]
 
 
 def test_load_pool_missing_path(tmp_path):
@@ -601,7 +603,7 @@ def test_a_pool_that_does_not_match_its_checksums_is_refused(tmp_path):
     first, second = sorted(games.glob("*.py"))[:2]
     first.write_text(first.read_text() + "\n# changed\n")
     second.unlink()
-    with pytest.raises(ValueError, match=r"1 file\(s\) differ \['game_00007_000_optimization.py'\], "
+    with pytest.raises(ValueError, match=r"^\S*games does not match .*1 file\(s\) differ \['game_00007_000_optimization.py'\], "
                                          r"1 listed file\(s\) missing \['game_00007_001_optimization.py'\]"):
         envs.load_pool(games)
 

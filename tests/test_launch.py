@@ -42,6 +42,7 @@ def test_docstring_examples():
 
 
 def test_a_rank_that_dies_takes_the_others_down_and_its_status_is_returned(tmp_path, capsys):
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set())
     script = tmp_path / "rank.py"
     script.write_text(ONE_RANK_DIES)
     start = time.time()
@@ -51,6 +52,7 @@ def test_a_rank_that_dies_takes_the_others_down_and_its_status_is_returned(tmp_p
     script.write_text(ONE_RANK_DIES.replace("sys.exit(3)", "os.kill(os.getpid(), 9)"))
     assert launch.launch_ranks([], 2, str(script), poll_s=0.05) == 128 + 9
     assert "rank 1 was killed by signal 9 (Killed); stopped the others" in capsys.readouterr().err
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == blocked    # this process's Ctrl-C is its own again
 
 
 def started_ranks(tmp_path):
@@ -76,6 +78,7 @@ def test_ctrl_c_to_the_terminal_reaches_every_rank_and_not_the_launcher(tmp_path
     assert "rank 0 error stream" in stderr and "rank 1 error stream" in stderr   # errors of every rank show
     seen = [(tmp_path / f"rank{r}").read_text().split() for r in (0, 1)]
     assert [s[:3] for s in seen] == [["0", "0", "2"], ["1", "1", "2"]] and seen[0][3] == seen[1][3]
+    assert [s[4] for s in seen] == [str(int(signal.SIGINT))] * 2          # their own, not the launcher's
 
 
 def test_a_sigint_to_the_launcher_alone_reaches_the_ranks_as_sigusr1(tmp_path):
