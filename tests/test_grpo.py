@@ -360,6 +360,7 @@ def fsdp_worker(rank, world_size, port, path, run=fsdp_update, timeout_s=120):
         result = run(models.shard_model(tiny_model()))
         if rank == 0:
             torch.save(result, path)
+        dist.barrier()   # neither rank tears the group down while the other still uses it
     finally:
         dist.destroy_process_group()
 
