@@ -59,7 +59,7 @@ from tqdm import tqdm
 
 import sandbox
 from actions import after_thinking, game_action, parse_tool_turn
-from contract import plain
+from contract import plain, plain_messages
 
 # The first message of a game (METHOD.md 4.1): a framing sentence, the observation, the instruction.
 GAME_FRAMING = "You are playing a language game. Make valid actions to win."   # the official words
@@ -221,9 +221,8 @@ def _record(play_, completion, text):
 def _render(tokenizer, messages, tools, add_generation_prompt, thinking=False):
     """The chat template's text; what the environment wrote (a hint too, and its tools) is kept `plain`."""
     specials = tokenizer.all_special_tokens
-    messages = [m if m["role"] == "assistant" else {**m, "content": plain(m["content"], specials)} for m in messages]
     tools = json.loads(plain(json.dumps(tools, ensure_ascii=False), specials)) if tools else tools   # in strings only
-    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, enable_thinking=thinking,
+    return tokenizer.apply_chat_template(plain_messages(messages, specials), tools=tools, tokenize=False, enable_thinking=thinking,
                                          add_generation_prompt=add_generation_prompt)
 
 

@@ -437,6 +437,11 @@ def plain(text, special_tokens):
     return text
 
 
+def plain_messages(messages, special_tokens):
+    """Chat messages with what the model did not write (every role but the assistant's) kept `plain`."""
+    return [m if m["role"] == "assistant" else {**m, "content": plain(m["content"], special_tokens)} for m in messages]
+
+
 def clean_json(value, what, depth=0):
     """A JSON value made of dicts with str keys, lists, clean strs, finite numbers, bools and None,
     nested at most MAX_JSON_DEPTH deep (a tool's parameter schema goes into the chat template)."""

@@ -60,20 +60,17 @@ class Corpus:
         return self.doc_ids[i], self.docs[i]
 
 
-def _corpus_record(line: str) -> dict | None:
-    """The JSON object of a corpus line with a non-empty `orig_doc` (preferred) or `text`, or None."""
+def _corpus_text(line: str) -> tuple[dict, str] | None:
+    """(the JSON object of a corpus line, its text: the first of `orig_doc` and `text` that is a non-blank
+    string), or None."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError:
         return None
     if not isinstance(record, dict):
         return None
-    return record if _text(record) is not None else None
-
-
-def _text(record: dict) -> str | None:
-    """The first of `orig_doc` and `text` that is a non-blank string."""
-    return next((v for v in (record.get("orig_doc"), record.get("text")) if isinstance(v, str) and v.strip()), None)
+    text = next((v for v in (record.get("orig_doc"), record.get("text")) if isinstance(v, str) and v.strip()), None)
+    return None if text is None else (record, text)
 
 
 def load_corpus(path, max_words: int) -> Corpus:
@@ -85,11 +82,12 @@ def load_corpus(path, max_words: int) -> Corpus:
     docs, doc_ids, skipped = [], [], 0
     with open(path, encoding="utf-8-sig", errors="replace") as lines:     # streamed; a byte-order mark is dropped
         for line_number, line in enumerate(lines, 1):
-            record = _corpus_record(line)
-            if record is None:
+            found = _corpus_text(line)
+            if found is None:
                 skipped += 1
                 continue
-            docs.append(clean_text(truncate_words(_text(record), max_words)))
+            record, text = found
+            docs.append(clean_text(truncate_words(text, max_words)))
             doc_id = next((v for v in (record.get("id"), record.get("doc_id")) if v is not None and v != ""),
                           f"{path.stem}:{line_number}")
             doc_ids.append(clean_text(str(doc_id)))

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import prompts
 from actions import after_thinking, extract_boxed
-from contract import clean_text, plain
+from contract import clean_text, plain_messages
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
 
@@ -211,9 +211,8 @@ def tool_messages(skill: str, snippet: str | None, memory_block: str, rng: rando
 def encode_chat(tokenizer, messages: list[dict]) -> tuple[str, list[int]]:
     """The chat-templated prompt text and its token ids, ready for generation (non-thinking). What the
     messages quote (a document, memory, code) is kept `plain`."""
-    messages = [{**m, "content": plain(m["content"], tokenizer.all_special_tokens)} for m in messages]
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                         enable_thinking=False)
+    text = tokenizer.apply_chat_template(plain_messages(messages, tokenizer.all_special_tokens), tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=False)
     return text, tokenizer.encode(text, add_special_tokens=False)
 
 

@@ -49,23 +49,28 @@ def validate_env(code, *, timeout_s=120.0, call_timeout_s=30.0, memory_mb=1024):
     deadline = time.monotonic() + timeout_s
     try:
         with contextlib.ExitStack() as boxes:
-            def sandbox():   # a fresh confined process; each request within a play's deadline and the gate's
+            def sandbox():   # a fresh confined process, started within the gate's time too
                 start_s = max(0.1, min(call_timeout_s, deadline - time.monotonic()))
                 box = boxes.enter_context(EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb))
-
-                def send(op, **request):
-                    try:
-                        return box.request(op, deadline=min(deadline, time.monotonic() + call_timeout_s), **request)
-                    except SandboxError as e:
-                        if e.kind == "timeout" and time.monotonic() >= deadline:
-                            raise SandboxError("timeout", f"the gate's {timeout_s:g} s ran out during {op}") from None
-                        raise
-                return send
+                return _sender(box, deadline, call_timeout_s, timeout_s)
             return Validation(True, "passed", "", checks(sandbox, code), code)
     except SandboxError as e:
         return Validation(False, e.kind, e.message, "", code)
     except Rejected as e:
         return Validation(False, e.stage, e.message, "", code)
+
+
+def _sender(box, deadline, call_timeout_s, timeout_s):
+    """`send(op, **request)` through `box`: each request within a play's `call_timeout_s` and the gate's
+    `deadline` (its `timeout_s`), whose running out is said as such."""
+    def send(op, **request):
+        try:
+            return box.request(op, deadline=min(deadline, time.monotonic() + call_timeout_s), **request)
+        except SandboxError as e:
+            if e.kind == "timeout" and time.monotonic() >= deadline:
+                raise SandboxError("timeout", f"the gate's {timeout_s:g} s ran out during {op}") from None
+            raise
+    return send
 
 
 def checks(sandbox, code):

@@ -495,7 +495,8 @@ def set_up(cfg):
     run_dir = Path(cfg.resume or cfg.out)
     if rank == 0:
         claim(run_dir, resuming=bool(cfg.resume))
-    checkpoint = run_dir / read_pointer(run_dir)["checkpoint"] if cfg.resume else None
+    pointer = read_pointer(run_dir) if cfg.resume else None
+    checkpoint = run_dir / pointer["checkpoint"] if pointer else None
     log = report.Log(run_dir, cfg, rank)
     random.seed(cfg.seed), torch.manual_seed(cfg.seed)
     # The sandbox every environment runs in: started first, so a machine that cannot isolate model-written
@@ -512,7 +513,8 @@ def set_up(cfg):
     except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
         raise SystemExit(f"spade.py: {e}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer, gen, ref_model, optimizer, params = load_trainer(cfg, checkpoint, device, world)
+    model, tokenizer, gen, ref_model, optimizer, params = load_trainer(cfg, checkpoint, device, world,
+                                                                       step=pointer["step"] if pointer else 0)
     skills = cfg.skill_list()
     seeds = [e for e in load_pool(ROOT / "envs", validate=False) if e.skill in skills]
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
@@ -524,7 +526,7 @@ def set_up(cfg):
         state = restore(checkpoint, optimizer, memory, rank)
         log.rewind(state["step"])
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
-        if state["step"] == read_pointer(run_dir)["config"]["steps"] and not (cfg.pool or cfg.rlve):
+        if state["step"] == pointer["config"]["steps"] and not (cfg.pool or cfg.rlve):
             log.print("extending a finished run: its last step scored the open epoch early (METHOD.md 6.2), "
                       "so it trains no designer samples until its next regen step")
     elif memory is not None and not memory.records:
@@ -535,8 +537,9 @@ def set_up(cfg):
                optimizer, params, skills, seeds, memory, state, plays, install_sigint_handler())
 
 
-def load_trainer(cfg, checkpoint, device, world):
-    """The model, its two views (trainer + engine), the KL reference, the optimizer, the sampling params."""
+def load_trainer(cfg, checkpoint, device, world, step=0):
+    """The model, its two views (trainer + engine), the KL reference, the optimizer, the sampling params;
+    `step`: the checkpoint's."""
     import engine, grpo, models
     load = models.load_sharded if world > 1 else models.load_model   # several ranks: FSDP2 shards
     from safetensors import SafetensorError   # a truncated weights file
@@ -553,7 +556,7 @@ def load_trainer(cfg, checkpoint, device, world):
     kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
     tp = engine_tp(cfg, kind, model, world)
     # vLLM's sampling stream, which no checkpoint holds: one per --seed, and another after each resume
-    seed = (cfg.seed + (read_pointer(cfg.resume)["step"] if checkpoint else 0)) % 2**31   # numpy's range
+    seed = (cfg.seed + step) % 2**31   # numpy's range
     gen = engine.make_engine(model, tokenizer, kind, **({"tp": tp, "seed": seed} if kind == "vllm" else {}))
     gen = TensorParallelGroup(gen, tp, world) if kind == "vllm" and world > 1 else gen
     gen = RankAgreement(gen) if world > 1 else gen           # in lockstep, ranks must ask for the same prompts
