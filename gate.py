@@ -15,7 +15,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from contract import (PLAY_MAX_TURNS, VALIDATION_PROBES, ReplyError, checked_reset, checked_step, checked_tools,
+from sandbox.contract import (PLAY_MAX_TURNS, VALIDATION_PROBES, ReplyError, checked_reset, checked_step, checked_tools,
                       clean_text, extract_code, parse, repair_braces)
 from sandbox import EnvSandbox, SandboxError
 

@@ -29,9 +29,9 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
-import attention
-import models
-import packing
+from compute import attention
+from infra import models
+from compute import packing
 
 
 @dataclass
@@ -191,7 +191,7 @@ def token_logprobs(model, batch: packing.MicroBatch, temperature=1.0):
     reference elsewhere. Divide by the rollout temperature: the engine's log-probs are of the tempered
     distribution.
     """
-    import fused  # lazily: Triton is only needed on CUDA
+    from compute import fused  # lazily: Triton is only needed on CUDA
     hidden, targets, weight = _final_hidden(model, batch)
     return packing.per_sample(fused.logprob_fn(hidden.device)(hidden, weight, targets, temperature), batch)
 
@@ -201,7 +201,7 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
     """`grpo_loss` of the micro-batch with the current weights as pi_old, through fused.linear_token_loss:
     the loss is a sum of per-token terms, so its gradient is formed during the forward sweep over the
     vocabulary (three GEMMs, not four). Returns (loss, stats) as grpo_loss does, with the same values."""
-    import fused  # lazily, as in token_logprobs: Triton is only needed on CUDA
+    from compute import fused  # lazily, as in token_logprobs: Triton is only needed on CUDA
     hidden, targets, weight = _final_hidden(model, batch)
     # Which predicting position scores each (sample, token): its flat index + 1 through packing.per_sample, 0 = none.
     index = torch.arange(1, targets.numel() + 1, device=targets.device, dtype=torch.float64)

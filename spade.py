@@ -45,8 +45,8 @@ from pathlib import Path
 
 import regret   # pure reward math (no torch): safe to import before argument parsing
 from batch import agent_metrics, designer_metrics, drop_failed, group_rewards, num_agent_episodes, score_epoch, trained_agent_samples
-from checkpoint import claim, damaged, kl_reference, read_pointer, restore, save_checkpoint
-from launch import (RankAgreement, TensorParallelGroup, agreed, from_rank_0, gather, install_sigint_handler,
+from infra.checkpoint import claim, damaged, kl_reference, read_pointer, restore, save_checkpoint
+from infra.launch import (RankAgreement, TensorParallelGroup, agreed, from_rank_0, gather, install_sigint_handler,
                     launch_ranks, reseed, setup_distributed, share)
 
 # The modules that import torch are imported where they are first used, after the arguments have been
@@ -126,7 +126,7 @@ class Config:
         if problems:
             raise SystemExit(f"spade.py: {problems[0]}")
         if self.rlve:
-            import rlve
+            from baselines import rlve
             try:
                 rlve.gym()   # rlve-gym's registries import (a missing or broken install: one sentence)
             except ImportError as e:
@@ -253,7 +253,7 @@ def resumed_config(given):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
-        import report
+        from infra import report
         return report.main(argv[1:])
     cfg = parse_config(argv)
     if "RANK" not in os.environ:                     # several GPUs: one rank per GPU (launch.py)
@@ -272,7 +272,7 @@ def main(argv=None):
         if not self_play_step(run, step):
             return
     if run.rank == 0:
-        import report
+        from infra import report
         report.main([str(run.dir)])
 
 
@@ -353,7 +353,7 @@ def fixed_pool_plays(run, step, times, metrics):
 
 def rlve_plays(run, step, times, metrics):
     """Baseline: a new RLVE problem per environment, at its adaptive difficulty (rlve.py)."""
-    import rlve
+    from baselines import rlve
     cfg, state = run.cfg, run.state
     names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
     with timer(times, "play"):
@@ -487,8 +487,10 @@ class Run:
 
 def set_up(cfg):
     import torch
-    import designer, report, rlve, sandbox
-    from corpus import builtin_corpus, load_corpus
+    import designer, sandbox
+    from baselines import rlve
+    from infra import report
+    from designer import builtin_corpus, load_corpus
     from envs import load_pool
     rank, world = setup_distributed()
     cfg.out = from_rank_0(cfg.out, world)   # one start time in out/{time}: rank 0's
@@ -540,7 +542,8 @@ def set_up(cfg):
 def load_trainer(cfg, checkpoint, device, world, step=0):
     """The model, its two views (trainer + engine), the KL reference, the optimizer, the sampling params;
     `step`: the checkpoint's."""
-    import engine, grpo, models
+    import grpo
+    from infra import engine, models
     load = models.load_sharded if world > 1 else models.load_model   # several ranks: FSDP2 shards
     from safetensors import SafetensorError   # a truncated weights file
     problems = (OSError, ValueError, models.ModelLoadError, SafetensorError)   # one sentence each, no trace
@@ -575,7 +578,8 @@ def load_trainer(cfg, checkpoint, device, world, step=0):
 def engine_tp(cfg, kind, model, world):
     """vLLM's tensor-parallel size: --tp, or the smallest that fits this GPU (engine.fitting_tp). The
     in-process engine is one rank a group."""
-    import engine, torch
+    import torch
+    from infra import engine
     if kind != "vllm" or world == 1:
         if cfg.tp > 1:
             raise SystemExit(f"spade.py: --tp {cfg.tp} needs --engine vllm and as many ranks (GPUs)")

@@ -22,7 +22,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root, for fused.py
-import fused  # noqa: E402
+from compute import fused  # noqa: E402
 
 POINTERS = {"forward": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32"),
             "dlogits": ("*bf16", "*bf16", "*i64", "*fp32", "*fp32", "*bf16"),

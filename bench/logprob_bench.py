@@ -32,7 +32,7 @@ import triton
 from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root, for fused.py
-import fused  # noqa: E402
+from compute import fused  # noqa: E402
 
 SHAPES = [(8192, 2048, 151936), (32768, 2048, 151936), (8192, 4096, 151936)]   # (T, H, V)
 QUICK_SHAPES = [(128, 64, 1000), (256, 64, 3001)]

@@ -36,8 +36,8 @@ def worker(rank, world, port, args, out, apart=False):
     import torch
     import torch.distributed as dist
     import designer
-    import engine
-    import models
+    from infra import engine
+    from infra import models
     import spade
     from envs import GAME_SKILLS, load_pool
     torch.set_num_threads(1)
@@ -80,7 +80,7 @@ def worker(rank, world, port, args, out, apart=False):
 def measure(world, args, apart=False):
     """{phase: seconds} of one run on `world` ranks (fresh processes: nothing carries over)."""
     import torch.multiprocessing as mp
-    from launch import free_port
+    from infra.launch import free_port
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "times.json")
         mp.spawn(worker, args=(world, free_port(), args, out, apart), nprocs=world)

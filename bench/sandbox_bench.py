@@ -16,8 +16,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import contract  # noqa: E402
-import forkserver  # noqa: E402
+from sandbox import contract  # noqa: E402
+from sandbox import forkserver  # noqa: E402
 import gate  # noqa: E402
 import sandbox  # noqa: E402
 
@@ -25,7 +25,7 @@ import sandbox  # noqa: E402
 FRESH_CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import forkserver
+from sandbox import forkserver
 operations = forkserver.operations()
 for line in sys.stdin:
     print(json.dumps(operations[(request := json.loads(line))["op"]](request)), flush=True)

@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
-import attention  # noqa: E402
-import models  # noqa: E402
+from compute import attention  # noqa: E402
+from infra import models  # noqa: E402
 import grpo  # noqa: E402
-import packing  # noqa: E402
+from compute import packing  # noqa: E402
 
 H200_BF16_FLOPS = 989e12
 GIB = 2 ** 30

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract import clean_text   # lone surrogates (JSON lets "\ud800" through) as U+FFFD
+from sandbox.contract import clean_text   # lone surrogates (JSON lets "\ud800" through) as U+FFFD
 
 GAME_SKILLS = {
     "Mathematical Reasoning": "solve math problems/equations",

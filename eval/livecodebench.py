@@ -39,7 +39,7 @@ import pickle
 import re
 import zlib
 
-from engine import SamplingParams
+from infra.engine import SamplingParams
 from eval.common import Problem, Unavailable, avg_and_pass, first, percent, read_jsonl, sample_and_score, sampling
 from sandbox import EnvSandbox, SandboxError
 

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import torch
 
-import engine
-import models
+from infra import engine
+from infra import models
 from eval import aime, bfcl, external, gpqa, livecodebench, reasoning_gym_hard, table
 from eval.common import Options, Unavailable
 

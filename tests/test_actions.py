@@ -1,16 +1,17 @@
-"""actions.py: the parsing rules of METHOD.md 4.1 (\\boxed{} answers, text after thinking) and 4.3 (tool
+"""agent.py's actions: the parsing rules of METHOD.md 4.1 (\\boxed{} answers, text after thinking) and 4.3 (tool
 calls, a turn's kind), by hand."""
 import doctest
 
 import pytest
 
-import actions
-from actions import after_thinking, extract_boxed, game_action, parse_tool_calls, parse_tool_turn
+import agent
+from sandbox import contract
+from agent import after_thinking, extract_boxed, game_action, parse_tool_calls, parse_tool_turn
 
 
 # ---- \boxed{} extraction (METHOD.md 4.1)
 def test_docstring_examples_of_actions():
-    assert doctest.testmod(actions).failed == 0
+    assert doctest.testmod(agent).failed == 0
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -111,8 +112,8 @@ def test_tool_turn_kinds_and_answer_precedence():
 
 
 @pytest.mark.parametrize("pattern, find", [
-    (r"<tool_call>(.*?)</tool_call>", lambda t: actions.tag_blocks(t, "<tool_call>", "</tool_call>")),
-    (r"<function=([^>]+)>(.*?)</function>", lambda t: actions._named_blocks(t, "function"))])
+    (r"<tool_call>(.*?)</tool_call>", lambda t: contract.tag_blocks(t, "<tool_call>", "</tool_call>")),
+    (r"<function=([^>]+)>(.*?)</function>", lambda t: agent._named_blocks(t, "function"))])
 def test_tags_are_found_as_the_official_regexes_find_them(pattern, find):
     """The tags are found with str.find, linear in the reply (the regexes are quadratic when a reply
     repeats an opener that never closes); on random texts both give the same blocks."""

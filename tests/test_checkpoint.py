@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import checkpoint
+from infra import checkpoint
 import grpo
-import models
-from launch import free_port
+from infra import models
+from infra.launch import free_port
 from test_grpo import fsdp_samples, fsdp_worker, tiny_model
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from contract import ToolUseBaseEnv, extract_code, parse, repair_braces
+from sandbox.contract import ToolUseBaseEnv, extract_code, parse, repair_braces
 from gate import validate_env
 from test_sandbox import EXAMPLES
 

@@ -1,16 +1,11 @@
-"""corpus.py: truncation, the JSONL loader and its errors, seeded draws, the built-in stdlib corpus."""
-import doctest
+"""designer.py's corpus (METHOD.md 9): truncation, the JSONL loader and its errors, seeded draws, the built-in stdlib corpus."""
 import json
 import random
 
 import pytest
 
-import corpus
-from corpus import Corpus, builtin_corpus, load_corpus, truncate_words
-
-
-def test_docstring_examples():
-    assert doctest.testmod(corpus).failed == 0
+import designer
+from designer import Corpus, builtin_corpus, load_corpus, truncate_words
 
 
 def write_lines(path, lines):
@@ -23,7 +18,7 @@ def test_truncation_keeps_first_words_and_marks_it():
     assert truncate_words("one  two\tthree\nfour five", 3) == marked
     assert truncate_words("one  two\tthree", 3) == "one  two\tthree"       # short: verbatim
     chinese = "\u6587" * 100_000                                              # no spaces: one "word"
-    assert truncate_words(chinese, 3) == "\u6587" * 3 * corpus.CHARS_PER_WORD + "\n[Document truncated at ~3 words]"
+    assert truncate_words(chinese, 3) == "\u6587" * 3 * designer.CHARS_PER_WORD + "\n[Document truncated at ~3 words]"
 
 
 def test_a_byte_order_mark_an_unusable_orig_doc_and_an_id_of_0_lose_no_document(tmp_path):

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import designer
-import engine
-import models
+from infra import engine
+from infra import models
 import prompts
-from corpus import Corpus, builtin_corpus
+from designer import Corpus, builtin_corpus
 from designer import EnvMemory, design, render_memory, skills_for_epoch, slots_for_epoch, write_hints
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment
 

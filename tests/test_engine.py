@@ -16,10 +16,10 @@ import huggingface_hub
 import pytest
 import torch
 
-import engine
-import models
-from engine import Completion, HFEngine, SamplingParams
-from models import load_model
+from infra import engine
+from infra import models
+from infra.engine import Completion, HFEngine, SamplingParams
+from infra.models import load_model
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -191,7 +191,7 @@ def test_a_sharded_model_generates_gathered_and_is_resharded_after(tiny, prompts
     # Under FSDP2 a generate call gathers the model once and decodes from local weights (no all-gather per
     # token), gives the tokens of the unsharded model, and leaves the model sharded for training.
     import torch.multiprocessing as mp
-    from launch import free_port
+    from infra.launch import free_port
     mp.spawn(sharded_generate_worker, args=(2, free_port(), str(tmp_path / "out.pt")), nprocs=2)
     out = torch.load(tmp_path / "out.pt")
     model, tokenizer = tiny
@@ -321,7 +321,7 @@ def test_decode_step_and_sampling_never_wait_for_the_device(name, dtype):
     """
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 
-    import attention
+    from compute import attention
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:

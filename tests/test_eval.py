@@ -16,7 +16,7 @@ import torch
 
 from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
 
-from engine import Completion, SamplingParams
+from infra.engine import Completion, SamplingParams
 from eval import aime, bfcl, common, external, gpqa, livecodebench, reasoning_gym_hard, run, table
 from eval.common import Options, Unavailable
 
@@ -267,7 +267,7 @@ def test_reasoning_gym_hard_scoring():
 def test_reasoning_gym_unbuilt_episodes_count_as_losses(monkeypatch, capsys):
     """A task this reasoning-gym cannot build stays in its bucket's denominator as losses: one
     right answer out of two episodes (the other never built) is a win rate of 0.5, not 1.0."""
-    from models import tiny_model
+    from infra.models import tiny_model
     _, tokenizer = tiny_model()
     split = reasoning_gym_hard.load_split()
     bad = {**split, "buckets": {"Logic": ["no_such_task", "syllogism"]},
@@ -353,7 +353,7 @@ class ScriptedEngine:
 
 
 def test_bfcl_loop_replaying_the_ground_truth_scores_full_marks(monkeypatch):
-    from models import tiny_model
+    from infra.models import tiny_model
     _, tokenizer = tiny_model()
     entries, truth = bfcl.load_category("multi_turn_base")
     entry = entries[1]

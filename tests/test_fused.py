@@ -23,7 +23,7 @@ if DEVICE == "cpu" and TRITON_HERE:
     os.environ["TRITON_INTERPRET"] = "1"   # read by @triton.jit as it decorates: before triton's import
 import triton.language as tl  # noqa: E402
 
-import fused  # noqa: E402
+from compute import fused  # noqa: E402
 
 if DEVICE == "cpu" and TRITON_HERE:
     assert all("Interpreted" in type(fn).__name__ for fn in (tl.zeros, fused._forward_kernel)), \

@@ -12,7 +12,7 @@ def headings():
 
 
 def cited():
-    files = [*ROOT.glob("*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("bench/*"), *ROOT.glob("*.md"),
+    files = [*ROOT.glob("*.py"), *ROOT.glob("*/*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("bench/*"), *ROOT.glob("*.md"),
              *ROOT.glob("envs/**/*.py"), *ROOT.glob("prompts/*")]
     return {(path.relative_to(ROOT).as_posix(), m.group(1))
             for path in files if path.is_file() for m in CITATION.finditer(path.read_text(errors="replace"))}

@@ -1,5 +1,5 @@
 """packing.py: the micro-batch plan and the split of a batch between ranks."""
-import packing
+from compute import packing
 from grpo import Sample
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import report
+from infra import report
 
 
 @dataclass

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import sandbox
-from contract import MAX_ERROR_CHARS
+from sandbox.contract import MAX_ERROR_CHARS
 from gate import validate_env
 from sandbox import EnvSandbox, SandboxError
 
@@ -49,7 +49,7 @@ def _processes():
 
 def fork_server_pid():
     """The fork server's pid: the outermost process below the one the trainer started (bubblewrap,
-    where it jails it) that runs `forkserver.py` itself."""
+    where it jails it) that runs `python -m sandbox` itself."""
     table, top = _processes(), sandbox._Zygote.get().process.pid
     def below(pid):
         while pid > 1:
@@ -57,7 +57,7 @@ def fork_server_pid():
             if pid == top:
                 return True
         return False
-    server = lambda cmd: b"forkserver.py\0--serve" in cmd and not cmd.split(b"\0")[0].endswith(b"bwrap")
+    server = lambda cmd: b"\0-m\0sandbox\0" in cmd and not cmd.split(b"\0")[0].endswith(b"bwrap")
     return next(pid for pid, (parent, cmd) in table.items()
                 if server(cmd) and (pid == top or below(pid)) and not server(table.get(parent, (0, b""))[1]))
 
@@ -450,7 +450,7 @@ def test_parcel_desk_plays_to_a_win():
 
 def test_docstring_examples():
     import doctest
-    import contract
+    from sandbox import contract
     assert doctest.testmod(sandbox).failed == 0 and doctest.testmod(contract).failed == 0
 
 
@@ -508,7 +508,7 @@ def test_without_a_working_bubblewrap_the_sandbox_runs_unjailed_and_says_so(how,
     fake.chmod(0o755)
     path = str(tmp_path) + ":/usr/bin:/bin" if how == "failing" else str(tmp_path / "nothing")
     result = subprocess.run([sys.executable, "-c", FALLBACK.format(code=env_code())], capture_output=True, text=True,
-                            cwd=pathlib.Path(sandbox.__file__).parent, env={"PATH": path}, timeout=120)
+                            cwd=pathlib.Path(sandbox.__file__).parents[1], env={"PATH": path}, timeout=120)
     jail, observation = result.stdout.splitlines()
     expected = "No permissions to create a new namespace" if how == "failing" else "bubblewrap is not installed"
     assert jail.startswith("missing: ") and expected in jail and observation == "ready", result.stderr
@@ -530,7 +530,7 @@ def test_the_fork_server_and_its_children_go_with_the_trainer():
     """Killing the trainer (SIGKILL: no atexit) takes bubblewrap, the fork server and the sandboxes with it;
     the fork server does not die with the thread that happened to start it."""
     trainer = subprocess.Popen([sys.executable, "-c", TRAINER.format(code=env_code())], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True, cwd=pathlib.Path(sandbox.__file__).parent)
+                               stdout=subprocess.PIPE, text=True, cwd=pathlib.Path(sandbox.__file__).parents[1])
     child, server = map(int, trainer.stdout.readline().split())
     time.sleep(0.5)
     assert os.path.exists(f"/proc/{child}") and os.path.exists(f"/proc/{server}")

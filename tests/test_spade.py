@@ -31,7 +31,7 @@ def final_weights(run_dir):
 
 
 def assert_trained(run_dir, steps):
-    import models
+    from infra import models
     initial, _ = models.load_model("tiny")
     weights, latest = final_weights(run_dir)
     assert latest["step"] == steps
@@ -331,7 +331,7 @@ def test_paper_columns_parse_and_derive():
 def launch(args, world=2):
     """spade.py started as `python spade.py` on a node with `world` GPUs would start it (launch.launch_ranks),
     in a process group of its own as a terminal's job; gloo ranks on CPU."""
-    code = "import sys, launch; sys.exit(launch.launch_ranks(sys.argv[2:], int(sys.argv[1]), 'spade.py'))"
+    code = "import sys; from infra import launch; sys.exit(launch.launch_ranks(sys.argv[2:], int(sys.argv[1]), 'spade.py'))"
     return subprocess.Popen([sys.executable, "-c", code, str(world), *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -439,7 +439,8 @@ def clock_worker(rank, world, port, out, alone):
     """One gloo rank playing two clock environments through spade.play_shared with a scripted engine."""
     import torch.distributed as dist
     from types import SimpleNamespace
-    import engine, launch, models, spade
+    import spade
+    from infra import engine, launch, models
     from envs import Environment
     from test_agent import ScriptedEngine
     torch.set_num_threads(1)
@@ -470,7 +471,7 @@ def test_an_environment_that_reads_the_clock_plays_to_the_end_on_two_ranks(alone
     """Every play runs once on the node, so observations that hold the clock differ between ranks
     harmlessly; only ranks that play every rollout in lockstep must agree, and stop when they do not."""
     import torch.multiprocessing as mp
-    from launch import free_port
+    from infra.launch import free_port
     mp.spawn(clock_worker, args=(2, free_port(), str(tmp_path), alone), nprocs=2)
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     if alone:
@@ -497,7 +498,8 @@ def noise_worker(rank, world, port, out):
     observation is the same for every seed, with the tiny model."""
     import torch.distributed as dist
     from types import SimpleNamespace
-    import engine, launch, models, spade
+    import spade
+    from infra import engine, launch, models
     from envs import Environment
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
@@ -516,7 +518,7 @@ def test_ranks_that_divide_the_plays_sample_with_noise_of_their_own(tmp_path):
     # Rank 0 plays the first play and rank 1 the second, from the same prompt: were their generators in
     # the same state, the two replies would be the same tokens.
     import torch.multiprocessing as mp
-    from launch import free_port
+    from infra.launch import free_port
     mp.spawn(noise_worker, args=(2, free_port(), str(tmp_path)), nprocs=2)
     first, second = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
     assert first == second and len(first) == 2 and first[0] != first[1]

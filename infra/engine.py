@@ -25,9 +25,9 @@ from typing import Iterable
 import torch
 from transformers import StaticCache
 
-import attention
+from compute import attention
 
-from models import full_state, gathered, is_sharded
+from infra.models import full_state, gathered, is_sharded
 
 # Nucleus sampling without top-k applies top_p within the 1024 most likely tokens (a bounded top-k
 # instead of a sort of the whole vocabulary); the mass beyond them is ignored. At top_p <= 0.95 on
@@ -394,7 +394,7 @@ class VLLMEngine:
     def _save_snapshot(self, model, tokenizer):
         """The model saved for vLLM to load, by rank 0 (as transformers saves) into a directory deleted with
         the engine; every rank gets its path."""
-        from launch import from_rank_0
+        from infra.launch import from_rank_0
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         state = full_state(model)    # a collective: every rank
         path = None

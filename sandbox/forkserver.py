@@ -18,8 +18,8 @@ import sys
 import tempfile
 import time
 
-import confine
-from contract import (ContractError, ToolUseBaseEnv, construct, criteria_at, describe, load_env_class, play_reset,
+from sandbox import confine
+from sandbox.contract import (ContractError, ToolUseBaseEnv, construct, criteria_at, describe, load_env_class, play_reset,
                       play_step, unboxed_probes)
 
 MAX_REPLY_BYTES = 1 << 20          # observation + info, per reply
@@ -169,7 +169,7 @@ def _error_frame(request, kind, error):
 def serve_forever(control_fd, config):
     """Find which layers work here, then serve spawn/reap requests until the trainer's socket closes.
     Every reply carries its request's id, so that the trainer can never read another's."""
-    sys.path[1:] = [p for p in config["path"] if p != sys.path[0]]   # the trainer's, after this directory
+    sys.path[:] = list(dict.fromkeys(config["path"]))   # the project, then the trainer's sys.path
     for name in PRELOAD:
         __import__(name)
     import encodings, pkgutil
@@ -341,6 +341,3 @@ def _ignore_oserror(function, *args):
     except OSError:
         pass
 
-
-if __name__ == "__main__" and sys.argv[1:2] == ["--serve"]:
-    serve_forever(int(sys.argv[2]), json.loads(sys.argv[3]))

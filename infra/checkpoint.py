@@ -54,7 +54,7 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
     """Write ckpt-<step> and point `latest` at it. Every rank calls it; rank 0 writes."""
     import torch
     from safetensors import SafetensorError
-    import models
+    from infra import models
     full_model = models.full_state(model)
     name = f"ckpt-{state['step']:05d}"
     tmp = run_dir / f".{name}.tmp"
@@ -196,7 +196,7 @@ def kl_reference(cfg, model, resumed, sharded=False):
     keeps the initial name); so it is with several ranks (`sharded`), where FSDP2 modules cannot be
     copied and the reference is loaded sharded like the policy (models.load_sharded)."""
     import grpo
-    import models
+    from infra import models
     if not cfg.kl_coef:
         return None
     if not resumed and not sharded:

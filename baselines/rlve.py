@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from actions import after_thinking, extract_boxed
+from agent import after_thinking, extract_boxed
 from agent import CONTEXT_MARGIN, GAME_INSTRUCTION, Episode
 
 ENVIRONMENTS = ("Division", "EuclidGame", "GCDOne_Counting", "HamiltonianPath", "LampChanging",

@@ -78,11 +78,12 @@ import tempfile
 import threading
 import time
 
-import confine
-from contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, ReplyError, checked_reset, checked_step,
+from sandbox import confine
+from sandbox.contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, ReplyError, checked_reset, checked_step,
                       checked_tools, clean_text)
-from forkserver import frame, readable, recv, send, strict_json
+from sandbox.forkserver import frame, readable, recv, send, strict_json
 
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # this package's parent, on sys.path
 KINDS = ("load", "contract", "timeout", "memory", "crash", "output")
 
 class SandboxError(Exception):
@@ -108,12 +109,11 @@ class _Zygote:
         self.owner, self._slots, self._orphans, self.failure = os.getpid(), set(), [], ""
         self._lock, self._requests = threading.Lock(), itertools.count()
         self.uid_base, self.cgroup, cgroup_note = _machine_share(os.getpid())
-        here = os.path.dirname(os.path.abspath(__file__))
-        readable = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, here, *sys.path,
+        readable = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, PROJECT, *sys.path,
                     os.path.dirname(os.path.realpath(sys.executable))]
         self._config = {"cgroup": self.cgroup, "cgroup_note": cgroup_note, "rebound": confine.rebound(readable),
                         "uid": self.uid_base and self.uid_base + confine.UID_BLOCK - 1,   # the trials' uid
-                        "path": [os.path.abspath(p) for p in sys.path if p]}               # imports as here
+                        "path": [PROJECT] + [os.path.abspath(p) for p in sys.path if p]}   # imports as here
         prefix, jail = confine.jail(readable, [self.cgroup] if self.cgroup else [])
         hello = prefix is not None and self._start(prefix)
         if not hello:   # no bubblewrap, or it cannot run here (no user namespaces, say): unjailed
@@ -137,10 +137,9 @@ class _Zygote:
         """Run the fork server (behind `prefix`): its hello, or None when it died first (`self.failure`
         then says why). Slow is not broken: no hello within 60 s is an error, never a fallback."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [*prefix, sys.executable, "-u", os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver.py"),
-                "--serve", str(theirs.fileno()), json.dumps(self._config)]
+        argv = [*prefix, sys.executable, "-u", "-m", "sandbox", str(theirs.fileno()), json.dumps(self._config)]
         log = tempfile.TemporaryFile()
-        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", **dict.fromkeys(confine.ONE_THREAD, "1")}
+        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONPATH": PROJECT, **dict.fromkeys(confine.ONE_THREAD, "1")}
         self.process = subprocess.Popen(argv, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=log, cwd="/")
         theirs.close()
