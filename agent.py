@@ -1,50 +1,17 @@
 """The Reasoning Agent: batched multi-turn play of many environments at once (METHOD.md 4 and 5).
 
-    episodes = play(pool, engine, tokenizer, plays_per_env=8,
-                    params=SamplingParams(temperature=0.6, top_p=0.95, top_k=20),
-                    seeds=[play_seeds(env.env_id, 8, salt=step) for env in pool])
+    episodes = play(pool, engine, tokenizer, plays_per_env=8, params=SamplingParams(0.6, 0.95, 20),
+                    seeds=[play_seeds(env.env_id, 8, salt=step) for env in pool], max_turns=25)
 
-All plays of all environments advance together: every turn makes one batched `engine.generate` call
-for every live episode, then carries each reply to that episode's own `sandbox.EnvSandbox` (a small
-thread pool waits on the sandbox processes in parallel). Games act through `\\boxed{...}`;
-environments with tools are played with native tool calls and a final `<answer>...</answer>`.
-
-Token-in/token-out: an episode is ONE token sequence and is never re-tokenised. It is the chat
-template of the first message(s) (loss mask 0), then each turn's generated tokens exactly as the
-engine returned them (mask 1, with their sampling log-probs, the final EOS included), then the
-template delta of the messages that follow (mask 0, log-prob 0.0). The delta is the text the chat
-template puts after an assistant turn's end-of-turn token up to the next generation prompt, found by
-rendering a placeholder turn followed by the new messages and tokenising only that suffix. The
-generated EOS stands for the template's end-of-turn token, so a turn that ends by length has no
-place to attach a delta: it ends the episode (truncated), as METHOD.md 4.1 says anyway.
-
-Thinking mode (`thinking=True`, METHOD.md 4.2; spade.py turns it on for Qwen3-8B): every turn's
-prompt is the whole transcript rendered again with `enable_thinking=True` (Qwen3's template drops the
-thinking of earlier turns, so 25 turns of it do not fill the context), and every turn is its own
-training sequence, [that prompt, mask 0] + [the reply, thinking included, mask 1], in
-`Episode.turns`. batch.trained_agent_samples gives each turn the episode's advantage and weight 1/T
-(grpo.Sample), so the episode counts once. Without it the template is asked for `enable_thinking=False` (Qwen3-8B then
-answers without thinking; templates without the switch ignore it).
-
-Choices where the official code differs or is silent (METHOD.md 13.3; all of them: METHOD.md 14):
-- seeds: `play_seeds` gives explicit per-play seeds; spade.py passes them to BOTH arms (hinted and
-  unhinted), where the official code seeds only hinted plays. `seeds=None` resets without a seed.
-- hinted plays run exactly the loop of unhinted plays (the official re-tokenises them and skips the
-  EOS and context checks, and in the 8B games run does not let them think); only the first
-  observation differs, so both arms of the regret think or neither does.
-- reading the action from a reply (boxes, thinking text, tool calls): see actions.py. The tokens
-  and the transcript keep the whole reply, thinking included.
-- a SandboxError anywhere (load, reset, step, tool call) ends that episode with reward -1, status
-  "error" and the reason; the tokens up to that point are kept. `failed` marks the FAILED plays
-  that spade.py drops (METHOD.md 3.3): every such error except step() itself raising or breaking
-  the contract (kind "contract" during step), which is the -1 terminated play of METHOD.md 1.1.
-- the agent's turn cap `max_turns` is also the cap on the environment's own max_turns (both are
-  `--spade-max-turns` in METHOD.md 1.1).
-- per-episode budgets: one generate call per distinct per-turn budget; that is one call per turn
-  until some episode comes within `max_new_tokens + 64` tokens of the context cap.
-
-Not here: retries of failed plays (there are none), the compact filter (a function of `status`, applied
-by batch.trained_agent_samples).
+Every turn makes one batched `engine.generate` call for every live episode, then carries each reply to
+its episode's own `sandbox.EnvSandbox`. Games act through `\\boxed{...}`; environments with tools are
+played with native tool calls and a final `<answer>...</answer>` (the action readers are at the end).
+Token-in/token-out: an episode is ONE token sequence, never re-tokenised: the first prompt (mask 0),
+each turn's generated tokens as the engine returned them (mask 1, with their log-probs, EOS included),
+then the template delta of the messages that follow (mask 0), rendered after a placeholder turn. In
+thinking mode (METHOD.md 4.2) every turn's prompt is the transcript rendered again, and every turn is a
+training sequence of its own (`Episode.turns`). A SandboxError ends its episode with reward -1; the
+FAILED plays (all but step() raising) are marked for the loop to drop (METHOD.md 3.3).
 """
 import dataclasses
 import hashlib
@@ -95,10 +62,24 @@ class Episode:
     # tokens, loss_mask and logprobs above then stay empty.
     turns: list[tuple[list[int], list[int], list[float]]] = field(default_factory=list)
 
+    def outcome(self):
+        """This play without its token sequences and transcript: what an epoch keeps for its designer
+        reward (regret.EnvOutcome), everything else the play recorded included."""
+        return dataclasses.replace(self, tokens=[], loss_mask=[], logprobs=[], messages=[], turns=[])
+
     def sequences(self):
         """The training sequences, (tokens, loss_mask, logprobs) each, that have a generated token to
         train on: the one token-in/token-out sequence, or in thinking mode one per turn."""
         return [s for s in self.turns or [(self.tokens, self.loss_mask, self.logprobs)] if any(s[1])]
+
+
+def drop_failed(episodes, blacklist):
+    """(the scored episodes, the environments that hung). FAILED plays are dropped, not scored (METHOD
+    3.3); an environment whose load, reset or step hung joins the blacklist: it is not played again this
+    run, and the designer's regret_based reward flags it. A hung tool call fails only its play."""
+    hung = {e.env_id for e in episodes if e.failed and e.hung}
+    blacklist |= hung
+    return [e for e in episodes if not e.failed], hung
 
 
 def play_seeds(env_id, n, salt=0):
@@ -312,7 +293,7 @@ def _render_prompts(tokenizer, live, thinking):
 
 # ---- the batched loop -----------------------------------------------------------------------------
 
-def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, seeds=None, max_turns=25,
+def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turns, seeds=None,
          max_context=32768, max_new_tokens=8192, timeout_s=30.0, stats=None, thinking=False, progress=None):
     """Play every environment `plays_per_env` times; return the episodes, env-major
     (all plays of envs[0], then envs[1], ...).

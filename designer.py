@@ -1,28 +1,17 @@
-"""The Environment Designer: environment memory, designer prompts, design(), hints (corpus: corpus.py).
+"""The Environment Designer: the corpus, the environment memory, the prompts, design(), hints (METHOD.md 2, 3, 5, 8, 9).
 
-The designer is the shared policy in its second role: it reads a prompt (a skill, a difficulty, a
-corpus document and a few past environments from memory) and writes a whole environment as Python.
+The designer is the shared policy in its second role: it reads a prompt (a skill, a difficulty, a corpus
+document and a few past environments from memory) and writes a whole environment as Python.
 
-    corpus = load_corpus("docs.jsonl", max_words=6000)        # corpus.py; or builtin_corpus(): stdlib docs
-    memory = EnvMemory("runs/x/env_memory.json")              # loads the file if it exists
-    if not memory.records: memory.seed_from(load_pool("envs"))
-    slots = slots_for_epoch(list(GAME_SKILLS), epoch=0, k=3, num_envs=24)
-    envs, samples, stats = design(engine, tokenizer, slots, corpus=corpus, memory=memory,
-                                  setting="games", params=params, seed=0, rollout_id=0)
-    hints = write_hints(engine, tokenizer, envs, "games", hint_params)   # T 0.3, top_p 0.9
+    slots = dict(enumerate(slots_for_epoch(list(GAME_SKILLS), epoch=0, k=3, num_envs=24)))
+    envs, samples, stats = design(engine, tokenizer, slots, setting=spade.SETTINGS["games"], corpus=corpus,
+                                  memory=memory, params=params, max_turns=25, seed=0, rollout_id=0)
+    hints = write_hints(engine, tokenizer, envs, spade.SETTINGS["games"], hint_params)   # T 0.3, top_p 0.9
 
-Sources in METHOD.md: memory 8 and 2.2; prompts 1.2, 1.3, 2 (texts and per-skill ideas in
-prompts/, our own words); skill schedule 2.2; up to 5 validated attempts per slot, each with a fresh
-document and memory sample, failures never trained 3.1 and 3.4; the sample = prompt tokens (mask 0) +
-response tokens (mask 1, their log-probs) 2.3; hints (mode "self") 5.
-
-Each attempt draws its document, ideas, tool-use domain and variant and memory sample from a generator
-of its own, seeded from (seed, rollout, slot, attempt), so that an attempt is the same whichever rank of
-a run makes it. The solvability audit of tool-use environments (3.1 step 4, `audit_params`) is the
-policy's own verdict on code that passed the gate; a rejection is one more failed attempt (stage
-"audit"), its generations are not trained, and a reply without a verdict accepts. Where this differs
-from the official code (the randomness, the no-corpus prompt, prompts without thinking, validation in
-the sandbox, the saved code, hints, memory seeds): METHOD.md 14.
+A `Setting` is everything that makes games games and tool use tool use. Each attempt draws its document,
+ideas and memory sample from a generator of its own, seeded from (seed, rollout, slot, attempt), so an
+attempt is the same whichever process makes it; up to 5 validated attempts per slot (gate.py), failures
+never trained; the sample is the prompt (mask 0) and the response (mask 1, its log-probs).
 """
 import dataclasses
 import importlib
@@ -36,8 +25,9 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import prompts
 from agent import after_thinking, extract_boxed
@@ -45,8 +35,20 @@ from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
 from sandbox.contract import clean_text, plain_messages   # clean_text: lone surrogates as U+FFFD
 
-SETTINGS = ("games", "tool_use")
 SNIPPET_CHARS = 2000                  # METHOD 8: memory keeps the first 2000 characters of the code
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of the paper (games, tool use) as one record; spade.SETTINGS holds them by name."""
+    skills: dict[str, str]           # skill -> the one-line description the prompts render (METHOD 2.2)
+    designer_messages: Callable      # (skill, document, memory block, rng, *, max_turns, difficulty) -> chat
+    hint_system: str                 # the hint writer's system message (METHOD 5)
+    audit: bool = False              # the policy's solvability audit of what passes the gate (METHOD 3.1 step 4)
+    compact_filter: bool = False     # truncated plays are not trained (METHOD 4.3)
+    values: dict = field(default_factory=dict)   # its column of METHOD 7.3: knobs and spade.Fixed values
+    seeds: str = "envs/"             # the pool whose environments of these skills seed memory and top up
+    embedded_skills: str = ""        # the two skills of the embedded preset (spade.EMBEDDED)
 
 
 # --- Environment memory (METHOD 8) ---------------------------------------------------------------
@@ -176,8 +178,8 @@ def slots_for_epoch(skills: list[str], epoch: int, k: int, num_envs: int) -> lis
 
 # --- Prompts (METHOD 1.2, 1.3, 2; texts in prompts/) ----------------------------------------------
 
-def game_messages(skill: str, document: str | None, memory_block: str, rng: random.Random,
-                  difficulty: str = "medium") -> list[dict]:
+def game_messages(skill: str, document: str | None, memory_block: str, rng: random.Random, *,
+                  max_turns: int, difficulty: str = "medium") -> list[dict]:
     """Games: system persona + user message, (A) grounded in a document, or (B) without one."""
     description = GAME_SKILLS[skill]
     if document is not None:
@@ -187,7 +189,6 @@ def game_messages(skill: str, document: str | None, memory_block: str, rng: rand
                  prompts.CORPUS_GAME_CONTRACT, footer]
     else:  # the turn budget sentence stands in for the difficulty here, as officially (METHOD 2.2)
         ideas = rng.sample(prompts.GAME_SKILL_IDEAS[skill], 3)
-        max_turns = 25
         parts = [prompts.NO_CORPUS_GAME_CONTRACT.format(
             skill=skill, description=description, ideas="\n".join(f"- {i}" for i in ideas),
             max_turns=max_turns, min_turns=max_turns // 2, max_good_turns=max_turns * 3 // 4,
@@ -196,9 +197,10 @@ def game_messages(skill: str, document: str | None, memory_block: str, rng: rand
     return [{"role": "system", "content": prompts.GAME_DESIGNER_SYSTEM}, {"role": "user", "content": user}]
 
 
-def tool_messages(skill: str, snippet: str | None, memory_block: str, rng: random.Random,
-                  difficulty: str = "medium") -> list[dict]:
-    """Tool use: one user message (no system message, METHOD 2.1) with a rotated domain and variant."""
+def tool_messages(skill: str, snippet: str | None, memory_block: str, rng: random.Random, *,
+                  max_turns: int, difficulty: str = "medium") -> list[dict]:
+    """Tool use: one user message (no system message, METHOD 2.1) with a rotated domain and variant.
+    The turn cap is not in its text (the base class's max_turns=10 is, as officially)."""
     domain, variant = rng.choice(prompts.TOOL_DOMAINS), rng.choice(prompts.TOOL_VARIANTS)
     ideas = "\n".join(f"- {t}" for t in prompts.TOOL_SKILL_TASKS[skill])
     parts = [prompts.TOOL_TASK.format(domain=domain)]
@@ -247,62 +249,48 @@ class _Attempt:
     validation: object = None     # gate.Validation
 
 
-def _prepare(slot, skill, attempt, setting, corpus, memory, seed, rollout_id, difficulty, tokenizer) -> _Attempt:
+def _prepare(slot, skill, attempt, setting, corpus, memory, seed, rollout_id, difficulty, max_turns,
+             tokenizer) -> _Attempt:
     """A fresh prompt for one attempt: a new corpus document and a new memory sample. Its randomness
-    is its own, from (seed, rollout, slot, attempt), so an attempt is the same whichever rank makes it."""
+    is its own, from (seed, rollout, slot, attempt), so an attempt is the same whichever process makes it."""
     rng = random.Random(f"{seed}:{rollout_id}:{slot}:{attempt}")
     doc_id, document = corpus.sample(rng) if corpus is not None else (None, None)
     block = memory.render(skill, rng) if memory is not None else ""
-    build = game_messages if setting == "games" else tool_messages
-    text, tokens = encode_chat(tokenizer, build(skill, document, block, rng, difficulty))
+    messages = setting.designer_messages(skill, document, block, rng, max_turns=max_turns, difficulty=difficulty)
+    text, tokens = encode_chat(tokenizer, messages)
     return _Attempt(slot, skill, text, tokens, doc_id, attempt)
 
 
-def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str, params,
-           max_attempts: int = 5, seed: int, rollout_id: int, difficulty: str = "medium",
-           num_validation_workers: int = 4, audit_params=None, only=None, echo=True):
-    """Write one environment per slot (a skill), each with up to `max_attempts` validated tries.
+def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus, memory, params, max_turns: int,
+           seed: int, rollout_id: int, max_attempts: int = 5, difficulty: str = "medium",
+           num_validation_workers: int = 4, audit_params=None):
+    """Write one environment per slot (slot index -> skill), each with up to `max_attempts` validated tries.
 
     Every round batches the attempts of all still-empty slots into one engine.generate call. Returns
-    (environments, designer samples, stats); a slot whose attempts all fail is simply missing. `only`:
-    the slot indices to write (a rank's share; launch.share), the others are another rank's.
-    audit_params: sampling parameters of the solvability audit of what passes the gate (tool use,
-    METHOD 3.1 step 4); None = no audit. `echo`: print each rejection as it happens (spade.py prints
-    the gathered ones of every rank after the phase instead).
+    (environments, designer samples, stats); a slot whose attempts all fail is simply missing; stats
+    hold each rejection ("failures"). `max_turns`: the agent's turn cap, which the prompt states and the
+    gate constructs with. audit_params: the sampling parameters of the solvability audit, where the
+    setting audits what passes the gate (METHOD 3.1 step 4).
     """
-    assert setting in SETTINGS, f"setting must be one of {SETTINGS}, got {setting!r}"
-    skills = GAME_SKILLS if setting == "games" else TOOL_SKILLS
-    assert all(s in skills for s in slots), f"unknown {setting} skills: {set(slots) - set(skills)}"
+    assert set(slots.values()) <= set(setting.skills), f"unknown skills: {set(slots.values()) - set(setting.skills)}"
     accepted: dict[int, _Attempt] = {}
-    failures, num_attempts, mine = [], 0, range(len(slots)) if only is None else only
+    failures, num_attempts = [], 0
     for attempt in range(1, max_attempts + 1):
-        pending = [i for i in mine if i not in accepted]
-        if not pending:
+        batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, seed, rollout_id, difficulty, max_turns,
+                          tokenizer) for i in slots if i not in accepted]
+        if not batch:
             break
-        batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, seed, rollout_id, difficulty, tokenizer)
-                 for i in pending]
-        completions = engine.generate([a.prompt_tokens for a in batch], params)
-        assert len(completions) == len(batch), "the engine must answer every prompt"
-        for a, c in zip(batch, completions):
-            a.completion = c
-            a.response_text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
-        # Validation forks isolated children; a few at a time hide each other's start-up latency.
-        with ThreadPoolExecutor(max_workers=max(1, num_validation_workers)) as pool:
-            validations = list(pool.map(validate_env, [a.response_text for a in batch]))
-        if audit_params is not None:
-            validations = audited(engine, tokenizer, validations, audit_params)
+        validations = _validated(engine, tokenizer, batch, params, max_turns, num_validation_workers,
+                                 audit_params if setting.audit else None)
         num_attempts += len(batch)
         for a, v in zip(batch, validations):
             a.validation = v
             if v.ok:
                 accepted[a.slot] = a
                 continue
-            error = " ".join((v.error or "").split())[:300]
             failures.append({"slot": a.slot, "skill": a.skill, "attempt": attempt, "stage": v.stage,
-                             "error": error, "finish_reason": a.completion.finish_reason,
-                             "response": a.response_text[:2000]})
-            if echo:
-                print(rejection_line(failures[-1], max_attempts))
+                             "error": " ".join((v.error or "").split())[:300],
+                             "finish_reason": a.completion.finish_reason, "response": a.response_text[:2000]})
     envs, samples = [], []
     for slot in sorted(accepted):
         a = accepted[slot]
@@ -311,10 +299,21 @@ def design(engine, tokenizer, slots: list[str], *, corpus, memory, setting: str,
         samples.append(_designer_sample(a, env_id))
     stats = {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": num_attempts,
              "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
-    if only is None:   # a share's count is its rank's: spade.py prints the step's
-        print(f"designer: {len(envs)}/{len(slots)} environments valid after {num_attempts} attempts; "
-              f"rejections by stage: {stats['num_failed_by_stage'] or 'none'}")
     return envs, samples, stats
+
+
+def _validated(engine, tokenizer, batch, params, max_turns, num_workers, audit_params):
+    """One round: generate every attempt's response in one call, then the gate's verdict on each (and the
+    audit's, with `audit_params`)."""
+    completions = engine.generate([a.prompt_tokens for a in batch], params)
+    assert len(completions) == len(batch), "the engine must answer every prompt"
+    for a, c in zip(batch, completions):
+        a.completion = c
+        a.response_text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
+    # Validation forks isolated children; a few at a time hide each other's start-up latency.
+    with ThreadPoolExecutor(max_workers=max(1, num_workers)) as pool:
+        validations = list(pool.map(lambda a: validate_env(a.response_text, max_turns=max_turns), batch))
+    return audited(engine, tokenizer, validations, audit_params) if audit_params is not None else validations
 
 
 def rejection_line(failure: dict, max_attempts: int) -> str:
@@ -369,10 +368,8 @@ def _designer_sample(a: _Attempt, env_id: str) -> DesignerSample:
 
 # --- Hints (METHOD 5, mode "self") ---------------------------------------------------------------
 
-def hint_messages(code: str, setting: str) -> list[dict]:
-    system = prompts.HINT_GAME_SYSTEM if setting == "games" else prompts.HINT_TOOL_SYSTEM
-    user = prompts.HINT_USER.format(code=code)
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+def hint_messages(code: str, setting: Setting) -> list[dict]:
+    return [{"role": "system", "content": setting.hint_system}, {"role": "user", "content": prompts.HINT_USER.format(code=code)}]
 
 
 def parse_hint(text: str) -> str:
@@ -396,10 +393,9 @@ def parse_hint(text: str) -> str:
     return text
 
 
-def write_hints(engine, tokenizer, envs, setting: str, params) -> list[str]:
+def write_hints(engine, tokenizer, envs, setting: Setting, params) -> list[str]:
     """One hint per environment, written by the policy from the environment's code, in one batched
     generate call (METHOD 5: T 0.3, top_p 0.9 in `params`). Not trained. May be empty."""
-    assert setting in SETTINGS, f"setting must be one of {SETTINGS}, got {setting!r}"
     if not envs:
         return []
     prompt_tokens = [encode_chat(tokenizer, hint_messages(env.code, setting))[1] for env in envs]

@@ -35,9 +35,10 @@ class Rejected(Exception):
         self.stage, self.message = stage, message
 
 
-def validate_env(code, *, timeout_s=120.0, call_timeout_s=30.0, memory_mb=1024):
+def validate_env(code, *, max_turns=PLAY_MAX_TURNS, timeout_s=120.0, call_timeout_s=30.0, memory_mb=1024):
     """The gate on a designer's response; never raises for anything the code does. Each request has a
-    play's `call_timeout_s`, and the whole gate `timeout_s`."""
+    play's `call_timeout_s`, and the whole gate `timeout_s`; `max_turns` is the plays' turn cap (a run's
+    --max-turns), which a play's construction is checked with."""
     code = clean_text(extract_code(code))
     try:   # the parser raises RecursionError or MemoryError, not SyntaxError, on code nested 10^5 deep
         code = repair_braces(code)
@@ -53,7 +54,7 @@ def validate_env(code, *, timeout_s=120.0, call_timeout_s=30.0, memory_mb=1024):
                 start_s = max(0.1, min(call_timeout_s, deadline - time.monotonic()))
                 box = boxes.enter_context(EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb))
                 return _sender(box, deadline, call_timeout_s, timeout_s)
-            return Validation(True, "passed", "", checks(sandbox, code), code)
+            return Validation(True, "passed", "", checks(sandbox, code, max_turns), code)
     except SandboxError as e:
         return Validation(False, e.kind, e.message, "", code)
     except Rejected as e:
@@ -73,7 +74,7 @@ def _sender(box, deadline, call_timeout_s, timeout_s):
     return send
 
 
-def checks(sandbox, code):
+def checks(sandbox, code, max_turns):
     """The gate's requests and its verdicts: the class name, or Rejected(stage, why). `sandbox()` gives
     the `send(op, **request)` (EnvSandbox.request) of a fresh process. A reply of the wrong shape is
     the stage "output"."""
@@ -128,7 +129,7 @@ def checks(sandbox, code):
     call("determinism", "load", other, code=code)
     require("determinism", reset(new_instance(other), 42, "determinism", other) == first,
             "reset(seed=42) of a fresh instance in a process of its own gave another first observation")
-    new_instance(other, PLAY_MAX_TURNS)
+    new_instance(other, max_turns)
     call("close", "probe")
     if loaded.get("tool_use") is True:
         _criteria(call, require)

@@ -65,6 +65,26 @@ class Sample:
         assert 0 < self.weight < math.inf, f"weight is {self.weight}"
 
 
+def agent_samples(episodes, advantages, compact_filter=False):
+    """The agent's samples (METHOD 7.1): every episode with generated tokens, with its advantage; a
+    thinking episode gives one sample per turn, each with the whole advantage and weight 1/T, so it
+    counts once (METHOD 4.2). The compact filter (tool use, METHOD 4.3) leaves truncated episodes out
+    of training, after the z-scores: they still count in their environment's mean and std."""
+    samples = []
+    for e, a in zip(episodes, advantages):
+        if not (compact_filter and e.status == "truncated"):
+            sequences = e.sequences()
+            samples += [Sample(*sequence, a, weight=1 / len(sequences)) for sequence in sequences]
+    return samples
+
+
+def num_trained_episodes(episodes):
+    """N_agent of the role scale (METHOD 6.2 step 4): the episodes with tokens to train on, counted as the
+    loss counts them: a thinking episode once, not once per turn; truncated ones that the compact filter
+    leaves out count too."""
+    return sum(bool(e.sequences()) for e in episodes)
+
+
 # ---------------------------------------------------------------------------------------------------
 # The loss: plain tensors in, numbers out. Shapes: B samples (rows), L tokens, advantages [B].
 

@@ -1,29 +1,19 @@
-"""regret.py: SPADE's reward math in one pure module (plain floats, lists and dataclasses; no I/O, no torch).
+"""SPADE's reward math, pure (plain floats, lists and dataclasses; no I/O, no torch): METHOD.md 6.
 
-The agent learns from outcomes. Every play of an environment ends with one raw reward (the last step's
-reward clipped to [-1, 1] if the episode terminated, else 0), and the K = 8 plays of one environment at
-one step form a GRPO group whose advantages are the z-scored rewards (`agent_advantages`, METHOD 6.1).
+The agent: every play ends with one raw reward, and the K plays of one environment at one step form a
+GRPO group whose advantages are the z-scored rewards (`agent_advantages`, `episode_advantages`).
+The designer: an environment is scored once its regen epoch of R steps has been played (`Epoch`,
+`EnvOutcome`), by a variant of `DESIGNER_REWARDS` (the paper's `blend`: 0.6 * plateau(win rate) +
+0.4 * clipped hint regret); `score_designer_batch` drops x < 0, centres x within each skill and scales
+it by the role scale S. A new variant is one function added to `DESIGNER_REWARDS`.
 
-The designer learns from how useful its environment turned out to be, known once the whole regen
-epoch of R steps has been played (`Epoch`, `EnvOutcome`). The paper's signal is `blend_reward`:
-x = 0.6 * plateau(w) + 0.4 * clip((R_hint - R_0) / 0.15, 0, 1). The plateau term pays for environments
-the agent wins about half the time over the epoch (w = mean raw reward of all the epoch's plays). The
-regret term pays for environments where the agent, given a short privileged hint that the same policy
-wrote from the source code, does clearly better than without it at the same step (R_hint over 16 hinted
-plays, R_0 over the regen step's 8 unhinted plays): solvable, but not solved yet. The ablations of
-METHOD 6.3 are small functions picked by name in `DESIGNER_REWARDS`. `score_designer_batch` then drops
-samples with x < 0, centres the raw signals within each skill without dividing by the std, so a skill
-whose environments are all equally good gives no gradient (`designer_advantages`), and multiplies them
-by the role scale S = min(50, N_agent / N_designer * R) (`role_scale`), which keeps ~24 designer samples
-from being drowned by ~192 agent samples in the one shared update.
-
-Convention used throughout: the mean of no plays is 0.0 (a hung game has no plays; a missing hint
-counts as R_hint = 0, METHOD 5). Not implemented, because every paper run has them off (METHOD 13.2):
-micro-LP, the frontier penalty, the solver-variance bonus and the `ema_baseline` agent normalisation.
+Convention: the mean of no plays is 0.0. Not implemented, because every paper run has them off
+(METHOD 13.2): micro-LP, the frontier penalty, the solver-variance bonus, `ema_baseline`.
 """
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 
@@ -54,6 +44,27 @@ def agent_advantages(rewards: list[float]) -> list[float]:
     mean = sum(rewards) / len(rewards)
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
     return [(r - mean) / (std + 1e-8) for r in rewards]
+
+
+def group_rewards(episodes) -> dict[str, list[float]]:
+    """env_id -> the rewards of its plays, in order (anything with .env_id and .reward)."""
+    groups = defaultdict(list)
+    for episode in episodes:
+        groups[episode.env_id].append(episode.reward)
+    return dict(groups)
+
+
+def episode_advantages(episodes) -> list[float]:
+    """Each play's `agent_advantages` within its environment's group, in the plays' order. A group
+    whose plays all scored the same gives zeros: GRPO learns nothing without contrast, which is why
+    the designer is paid to keep win rates inside the band."""
+    advantages, order = {}, defaultdict(list)
+    for i, episode in enumerate(episodes):
+        order[episode.env_id].append(i)
+    for indices in order.values():
+        for i, a in zip(indices, agent_advantages([episodes[i].reward for i in indices])):
+            advantages[i] = a
+    return [advantages[i] for i in range(len(episodes))]
 
 
 def plateau(win_rate: float, lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> float:
@@ -125,6 +136,9 @@ class EnvOutcome:
     hinted_rewards: the regen step's hinted plays (never trained on); [] when every hinted play failed
                     (the game hung, say) or the variant computes no hints -> hinted mean 0 (METHOD 5).
     step_timeout:   the game's reset/step hung during the epoch; only `regret_based` punishes it.
+    window_plays, hinted_plays: the same plays as agent.Episode outcomes (everything a play records but
+                    its token sequences and transcript: status, turns, tokens generated, ...), for a
+                    variant that reads more than rewards; empty where an outcome is built by hand.
     Example: EnvOutcome("Optimization", [[1, 0], [1, 1]], [1, 1, 0, 1]) has window_mean 0.75,
     regen_step_mean 0.5, hinted_mean 0.75, regret 0.25.
     """
@@ -132,6 +146,8 @@ class EnvOutcome:
     window_rewards: list[list[float]]
     hinted_rewards: list[float] = field(default_factory=list)
     step_timeout: bool = False
+    window_plays: list[list] = field(default_factory=list)
+    hinted_plays: list = field(default_factory=list)
 
     def __post_init__(self):
         bad = [r for r in self.all_plays + list(self.hinted_rewards) if not -1.0 <= r <= 1.0]
@@ -173,34 +189,37 @@ class EnvOutcome:
 @dataclass
 class Epoch:
     """One pool's epoch, from its regen step t0 to the next (METHOD 6.2): what its designer samples are
-    scored on, R steps later. spade.py opens it at t0, records every step's unhinted rewards, and
-    scores it when the next regen step (or the run's last step) closes it.
+    scored on, R steps later. spade.py opens it at t0, records every step's unhinted plays, and scores
+    it when the next regen step (or the run's last step) closes it.
 
     samples: the designer samples of the environments that passed the gate (designer.DesignerSample:
              tokens, loss mask, log-probs, skill, env_id), one per new environment.
-    hinted:  env_id -> the rewards of its hinted plays at t0.
-    window:  env_id -> per step offset, the rewards of its unhinted plays (FAILED plays dropped).
+    hinted:  env_id -> its hinted plays at t0 (agent.Episode outcomes: anything with .reward).
+    window:  env_id -> per step offset, its unhinted plays (FAILED plays dropped).
     timeouts: the environments whose load, reset or step hung in the epoch.
     """
     t0: int
     samples: list
-    hinted: dict[str, list[float]]
-    window: dict[str, list[list[float]]] = field(default_factory=dict)
+    hinted: dict[str, list]
+    window: dict[str, list[list]] = field(default_factory=dict)
     timeouts: set[str] = field(default_factory=set)
 
     def __post_init__(self):
         self.window = self.window or {s.env_id: [] for s in self.samples}
 
-    def record(self, rewards: dict[str, list[float]], hung: set[str]) -> None:
-        """One step's unhinted rewards per environment, and the environments that hung."""
+    def record(self, plays, hung: set[str]) -> None:
+        """One step's unhinted plays (of every environment; anything with .env_id and .reward), and
+        the environments that hung."""
         for env_id, steps in self.window.items():
-            steps.append(rewards.get(env_id, []))
+            steps.append([p for p in plays if p.env_id == env_id])
         self.timeouts |= hung & set(self.window)
 
     def outcomes(self) -> list[EnvOutcome]:
         """One EnvOutcome per designer sample, in the samples' order."""
-        return [EnvOutcome(s.skill, self.window[s.env_id], self.hinted.get(s.env_id, []), s.env_id in self.timeouts)
-                for s in self.samples]
+        rewards = lambda plays: [p.reward for p in plays]
+        return [EnvOutcome(s.skill, [rewards(step) for step in self.window[s.env_id]],
+                           rewards(self.hinted.get(s.env_id, [])), s.env_id in self.timeouts,
+                           self.window[s.env_id], self.hinted.get(s.env_id, [])) for s in self.samples]
 
 
 @dataclass
@@ -282,20 +301,26 @@ def learning_potential(outcomes: list[EnvOutcome], tracker: LearningPotentialTra
     return [abs(o.window_mean - tracker.slow.get(o.skill, 0.0)) if o.all_plays else 0.0 for o in outcomes]
 
 
+# The variants by name (--designer-reward). A variant may say two things of itself, as attributes:
+# `keeps_negative` (default False): its x < 0 is a deliberate penalty, not a masked sample;
+# `needs_hints` (default True): its regen steps write hints and run hinted plays. solve_rate does not
+# read R_hint, but its memory records regret (METHOD 10: blend with plateau weight 1);
+# learning_potential computes none, and its memory regret is 0 (METHOD 10).
 DESIGNER_REWARDS = {"blend": blend, "solve_rate": solve_rate, "regret_based": regret_based,
                     "learning_potential": learning_potential}
-KEEPS_NEGATIVE = {"regret_based"}  # variants whose x < 0 is a deliberate penalty, not a masked sample
-# Variants whose regen steps write hints and run hinted plays: those that read R_hint, and solve_rate,
-# whose reward does not but whose memory records regret (METHOD 10: blend with plateau weight 1).
-# learning_potential computes none: its memory regret is 0 (METHOD 10).
-NEEDS_HINTS = {"blend", "regret_based", "solve_rate"}
+regret_based.keeps_negative = True
+learning_potential.needs_hints = False
+
+
+def needs_hints(variant: str) -> bool:
+    return getattr(DESIGNER_REWARDS[variant], "needs_hints", True)
 
 
 def keep_designer_sample(variant: str, x: float) -> bool:
     """METHOD 6.2 step 3: a sample with x < 0 is dropped from the batch (the general blend rule),
-    except in KEEPS_NEGATIVE variants. Example: ("blend", -0.1) -> False; ("regret_based", -0.5) -> True.
-    Callers normally go through `score_designer_batch`, which applies it before centring."""
-    return x >= 0 or variant in KEEPS_NEGATIVE
+    except in variants that keep negatives. Example: ("blend", -0.1) -> False; ("regret_based", -0.5)
+    -> True. Callers normally go through `score_designer_batch`, which applies it before centring."""
+    return x >= 0 or getattr(DESIGNER_REWARDS[variant], "keeps_negative", False)
 
 
 def score_designer_batch(variant: str, outcomes: list[EnvOutcome], *, num_agent: int,

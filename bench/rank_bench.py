@@ -3,10 +3,10 @@ of this machine, with the tiny model (one torch thread per rank), side by side i
 
     python bench/rank_bench.py [--envs 12] [--plays 16] [--max-turns 3] [--max-new-tokens 64] [--slots 4] [--repeat 3]
 
-The play phase is `spade.play_shared` over seed environments of envs/ (every (environment, play)
+The play phase is `spade.play` over seed environments of envs/ (every (environment, play)
 pair once on the node: launch.share, then launch.gather); the designer phase is `designer.design` over
-`--slots` slots, divided the same way (`spade.divided`), validation included. The model is FSDP2-sharded
-over the ranks, as in a run, and gathered whole for each phase (engine.HFEngine.independent).
+`--slots` slots, divided the same way (`launch.divide`), validation included. The model is FSDP2-sharded
+over the ranks, as in a run, and gathered whole for each phase (infra/engine.py, `HFEngine.independent`).
 
 Each round runs three things one after the other: 1 rank; 2 ranks; and 2 processes "apart", which
 share nothing but the start line and each play half of the plays and design half of the slots as if
@@ -37,7 +37,7 @@ def worker(rank, world, port, args, out, apart=False):
     import torch.distributed as dist
     import designer
     from infra import engine
-    from infra import models
+    from infra import launch, models
     import spade
     from envs import GAME_SKILLS, load_pool
     torch.set_num_threads(1)
@@ -51,18 +51,19 @@ def worker(rank, world, port, args, out, apart=False):
     cfg = SimpleNamespace(max_turns=args.max_turns, max_context=4096, max_new_tokens=args.max_new_tokens,
                           thinking="off")
     params = engine.SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
-    ranks = 1 if apart else world   # the ranks that divide the work in spade.divided
+    ranks = 1 if apart else world   # the ranks that divide the work in launch.divide
     run = SimpleNamespace(gen=gen, tokenizer=tokenizer, rank=0 if apart else rank, world=ranks,
                           state={"lengths": {}}, cfg=cfg, params={"agent": params})
     envs = [e for e in load_pool(ROOT / "envs", validate=False) if e.skill in GAME_SKILLS][:args.envs]
     slots = [list(GAME_SKILLS)[i % len(GAME_SKILLS)] for i in range(args.slots)]
     plays, slots = (args.plays // world, slots[rank::world]) if apart else (args.plays, slots)
-    spade.play_shared(run, envs[:1], ranks, step=0)    # warm-up: every rank's fork server and first call
+    spade.play(run, envs[:1], ranks, step=0)    # warm-up: every rank's fork server and first call
     times = {}
-    for name, phase in (("play", lambda: spade.play_shared(run, envs, plays, step=1)),
-                        ("design", lambda: spade.divided(run, [1.0] * len(slots), lambda mine: [designer.design(
-                            gen, tokenizer, slots, corpus=None, memory=None, setting="games", params=params,
-                            max_attempts=1, seed=0, rollout_id=1, only=mine)], per_rank=True))):
+    for name, phase in (("play", lambda: spade.play(run, envs, plays, step=1)),
+                        ("design", lambda: launch.divide(run, [1.0] * len(slots), lambda mine: [designer.design(
+                            gen, tokenizer, {i: slots[i] for i in mine}, corpus=None, memory=None,
+                            setting=spade.SETTINGS["games"], params=params, max_turns=args.max_turns,
+                            max_attempts=1, seed=0, rollout_id=1)], per_rank=True))):
         if world > 1:
             dist.barrier()
         start = time.perf_counter()

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox.contract import clean_text   # lone surrogates (JSON lets "\ud800" through) as U+FFFD
+from sandbox.contract import PLAY_MAX_TURNS, clean_text   # lone surrogates (JSON lets "\ud800" through) as U+FFFD
 
 GAME_SKILLS = {
     "Mathematical Reasoning": "solve math problems/equations",
@@ -206,9 +206,9 @@ def _distinct_ids(environments: list[Environment]) -> list[Environment]:
     return environments
 
 
-def load_pool(path, *, validate: bool = True) -> list[Environment]:
+def load_pool(path, *, validate: bool = True, max_turns: int = PLAY_MAX_TURNS) -> list[Environment]:
     """Environments of a directory of .py files, one .py file, or a JSONL (or JSON list) file; with `validate`,
-    only those that pass `gate.validate_env`, and it prints "pool: N/M environments valid (K skipped)" (lines or files that are not UTF-8, not JSON or without code),
+    only those that pass `gate.validate_env` for plays of `max_turns` turns, and it prints "pool: N/M environments valid (K skipped)" (lines or files that are not UTF-8, not JSON or without code),
     and a WARNING line with the first reasons when some fail: our gate is stricter than the paper's (it
     also checks determinism), so it may drop released games that the official gate accepted.
     Raises ValueError when the files do not match the pool's checksums or none is valid."""
@@ -232,7 +232,7 @@ def load_pool(path, *, validate: bool = True) -> list[Environment]:
         from gate import validate_env
         valid = []
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as workers:  # a child process each
-            results = list(workers.map(validate_env, [env.code for env in candidates]))
+            results = list(workers.map(lambda env: validate_env(env.code, max_turns=max_turns), candidates))
         for env, result in zip(candidates, results):
             if result.ok:
                 valid.append(Environment(env.env_id, env.skill, result.code))

@@ -1,21 +1,13 @@
 """Checkpoints: what spade.py writes every --save-every steps and reads back on --resume.
 
-A checkpoint `ckpt-NNNNN/` holds the model and tokenizer in Hugging Face format (`model/`), the
-optimizer state (`optimizer-rank<r>.pt`), the loop state and the RNGs of Python and torch, the GPU's
-too (`state.pt`) and the environment memory (`env_memory.json`). It is written to a hidden directory and
-renamed into place, and the `latest` pointer (with the config) is replaced atomically, so a kill never
-leaves half of one; the last two are kept.
-
-Under torchrun (FSDP2) the model weights and the Adam moments are per-rank shards. The weights are
-gathered whole onto rank 0 (a collective, so every rank calls `save_checkpoint`). The optimizer
-state is written by each rank as it holds it (`optimizer-rank<r>.pt`), and each rank reads its own
-file back, so a resumed run needs the same number of processes. Gathering it instead fails with
-torchao's 8-bit AdamW: its quantized states cannot be padded to even shards (seen; not a test). The KL
-reference is never saved: `kl_reference` rebuilds it from the initial model.
-
-The run directory is held by one process at a time (`claim`), a fresh run never writes into another
-run's, and a pointer or checkpoint that cannot be read, or a disk too full to write one, is one
-sentence that names what is kept.
+`ckpt-NNNNN/` holds the model and tokenizer in Hugging Face format (`model/`), each rank's optimizer state
+(`optimizer-rank<r>.pt`: under FSDP2 the shards it holds, so a resume needs as many processes; torchao's
+8-bit states cannot be gathered), the loop state and the RNGs (`state.pt`) and the environment memory.
+It is written to a hidden directory and renamed into place, and the `latest` pointer (with the config
+and the checkpoint VERSION) is replaced atomically, so a kill never leaves half of one; the last two
+are kept. The KL reference is never saved: `kl_reference` rebuilds it from the initial model. One
+process holds a run directory (`claim`); a pointer or checkpoint that cannot be read, or a disk too
+full to write one, is one sentence that names what is kept.
 """
 import dataclasses
 import fcntl
@@ -24,10 +16,10 @@ import os
 import pickle
 import random
 import shutil
-import types
 from pathlib import Path
 
 _LOCKS = []   # the claimed run directories' lock files, open for the life of the process
+VERSION = 2   # of what a checkpoint holds; a checkpoint of another version is refused, never converted
 
 
 def claim(run_dir, resuming):
@@ -76,7 +68,8 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
         shutil.rmtree(run_dir / name, ignore_errors=True)
         os.replace(tmp, run_dir / name)
         pointer = run_dir / ".latest.tmp"
-        pointer.write_text(json.dumps({"checkpoint": name, "step": state["step"], "config": dataclasses.asdict(cfg)}))
+        pointer.write_text(json.dumps({"version": VERSION, "checkpoint": name, "step": state["step"],
+                                       "config": dataclasses.asdict(cfg)}))
         os.replace(pointer, run_dir / "latest")
     except (OSError, RuntimeError, SafetensorError) as e:
         if rank == 0:
@@ -113,6 +106,9 @@ def read_pointer(run_dir):
     if not (type(pointer) is dict and isinstance(pointer.get("checkpoint"), str) and type(pointer.get("step")) is int
             and isinstance(pointer.get("config"), dict)):
         raise SystemExit(f"spade.py: {latest} is not a checkpoint pointer; {_kept(run_dir)}")
+    if pointer.get("version") != VERSION:
+        raise SystemExit(f"spade.py: {run_dir} was written by another version of spade.py (checkpoint version "
+                         f"{pointer.get('version', 1)}, this one reads {VERSION}); start a new run")
     folder = run_dir / pointer["checkpoint"]
     missing = [name for name in ("model", "state.pt", "env_memory.json", "optimizer-rank0.pt")
                if not (folder / name).exists()]
@@ -134,8 +130,7 @@ def restore(checkpoint, optimizer, memory, rank):
     import torch
     try:
         load_optimizer(optimizer, checkpoint, rank)
-        saved = torch.load(checkpoint / "state.pt", weights_only=False,   # our own file, written above
-                           pickle_module=EARLIER_NAMES)
+        saved = torch.load(checkpoint / "state.pt", weights_only=False)   # our own file, written above
         records = None if memory is None else memory.checked(json.loads((checkpoint / "env_memory.json").read_text()))
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
         raise damaged(checkpoint, e) from None
@@ -147,17 +142,6 @@ def restore(checkpoint, optimizer, memory, rank):
         memory.records = records
         memory.save()
     return {"lengths": {}, **saved["state"]}
-
-
-class EarlierNames(pickle.Unpickler):
-    """Reads a state.pt of an earlier version, which kept the epoch's classes in designer_rewards.py."""
-
-    def find_class(self, module, name):
-        return super().find_class("regret" if module == "designer_rewards" else module, name)
-
-
-EARLIER_NAMES = types.ModuleType("earlier_names")   # torch.load's pickle_module: pickle with EarlierNames
-EARLIER_NAMES.Unpickler, EARLIER_NAMES.load = EarlierNames, pickle.load
 
 
 def barrier(run_dir, name):

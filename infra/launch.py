@@ -1,33 +1,16 @@
-"""The processes of one run: one rank per GPU, and Ctrl-C that every rank obeys together.
+"""The processes of one run: one rank per GPU, dividing a phase's work between them, and Ctrl-C obeyed by all.
 
-`python spade.py ...` on a node with several GPUs starts itself again once per GPU (`launch_ranks`),
-with the environment torchrun would give each rank (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT), so that a 30B model is sharded over the node instead of overflowing one GPU.
-`CUDA_VISIBLE_DEVICES=0 python spade.py` keeps to one GPU; `torchrun --nproc_per_node=N spade.py`
-works as well. We start the ranks ourselves rather than through torchrun for Ctrl-C: torchrun runs
-its workers in sessions of their own, forwards the signal and kills them 30 s later, mid-checkpoint
-for a large model; our ranks share the terminal's process group, so a Ctrl-C reaches each of them,
-and the launcher passes on only a SIGINT sent to it alone. If a rank dies, the launcher stops the others (they would wait for it
-in a collective forever) and exits with that rank's status.
+`python spade.py` on a node with several GPUs starts itself once per GPU (`as_ranks`, `launch_ranks`) with
+torchrun's environment; the ranks share the terminal's process group, so a Ctrl-C reaches each, and a
+rank that dies stops the others. `divide` gives each rank its `share` of a phase's items (plays, designer
+slots, hints), balanced by their expected length, and `gather` hands every rank all the results in one
+order. That needs an engine that can generate alone: the in-process engine holds a sharded model whole
+for the phase; vLLM's ranks form tensor-parallel groups (`TensorParallelGroup`). Where neither can, every
+rank plays everything in lockstep and `RankAgreement` checks that they ask for the same prompts. Whether
+to stop after a step is decided by all ranks together (`agreed`).
 
     >>> rank_environment(1, 4, 29500)["LOCAL_RANK"], rank_environment(1, 4, 29500)["WORLD_SIZE"]
     ('1', '4')
-
-The ranks divide a step's plays (spade.py): each plays its `share` of the (environment, play) pairs,
-balanced by their expected length, and `gather` hands every rank all of them in one order, so the
-advantages, the designer's epochs, memory and the logs see the whole step on every rank. That needs an
-engine that can generate without the others. The in-process engine gathers a sharded model whole for
-the phase (engine.HFEngine.independent). vLLM makes each `--tp` consecutive ranks one tensor-parallel
-engine, whose ranks batch their calls together (`TensorParallelGroup`) while each plays its own share.
-Where neither can (a model too big to hold whole beside the in-process engine's KV cache), every rank
-plays every rollout in lockstep, and `RankAgreement` checks that they ask for the same prompts,
-stopping the run with an error rather than a hang in a collective when an environment played
-differently in two processes.
-
-Ctrl-C (`install_sigint_handler`): the first finishes the step and saves a checkpoint, the second
-stops at once. Ranks receive the signal at slightly different moments, so whether to stop after a
-step is decided by all of them together (`agreed`), or one rank would leave while the rest wait for
-it in the next step's collectives.
 """
 import array
 import contextlib
@@ -109,6 +92,23 @@ def _supervise(ranks, poll_s):
             rank.kill()
             rank.wait()
     return failed
+
+
+def as_ranks(argv, script):
+    """Where this process is not a rank and sees several GPUs: start one rank per GPU and return the exit
+    status to end with; None where this process is the run (or one of its ranks)."""
+    if "RANK" in os.environ:   # a rank: FSDP2 with torchao's compiled 8-bit AdamW step
+        # Trap (torch 2.13 + torchao 0.18): AOT autograd's on-disk cache mixes up the DTensor-wrapped
+        # 8-bit optimizer states, so every run after the first on a machine dies in optimizer.step
+        # ("'Tensor' object has no attribute 'codes'"). Read once, when torch is imported: set it first.
+        os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
+        return None
+    import torch
+    if torch.cuda.device_count() < 2:
+        return None
+    print(f"spade.py: {torch.cuda.device_count()} GPUs: starting one rank per GPU (CUDA_VISIBLE_DEVICES=0 for one)",
+          flush=True)
+    return launch_ranks(argv, torch.cuda.device_count(), script)
 
 
 def setup_distributed():
@@ -208,6 +208,24 @@ def gather(mine: list, indices: list[int], total: int, world: int) -> list:
             ordered[i] = item
     assert all(item is not None for item in ordered), "some items were played by no rank"
     return ordered
+
+
+def divide(run, sizes, work, per_rank=False):
+    """`work(indices)` on this rank's share of len(sizes) items (`share`), every rank's results gathered in
+    order; in one piece where the engine cannot generate on its own (`run.gen.independent()`).
+    `per_rank`: work returns one result for its whole share, and the list of the ranks' comes back."""
+    with run.gen.independent() as alone:
+        world = run.world if alone else 1
+        if world > 1:
+            # A random stream of its own; vLLM's tensor-parallel groups (TensorParallelGroup) one a group.
+            reseed(world, stream=run.rank // getattr(run.gen, "tp", 1))
+        mine = share(sizes, run.rank, world) if world > 1 else list(range(len(sizes)))
+        results = work(mine)
+    if world > 1:
+        reseed(world)
+    if per_rank:
+        return gather(results, [run.rank if world > 1 else 0], world, world)
+    return gather(results, mine, len(sizes), world)
 
 
 class TensorParallelGroup:

@@ -1,6 +1,6 @@
 """What a run leaves on disk, and a report to look at it.
 
-    python spade.py report out/<run>        # or: python report.py out/<run>
+    python spade.py report out/<run>        # or: python -m infra.report out/<run>
 
 A run directory holds `config.json`, `metrics.jsonl` (one JSON object per step), `samples/`
 (per regen step, per new environment: its code, hint, scores and one hinted and one unhinted
@@ -18,6 +18,8 @@ import os
 import shutil
 import sys
 from pathlib import Path
+
+import regret
 
 CURVES = [("agent/reward", "agent reward (mean episode return)"),
           ("designer/regret", "hint regret (R_hint - R_nohint, new envs)"),
@@ -39,6 +41,21 @@ def eta(step_seconds, steps_left):
     seconds = round(sum(step_seconds) / len(step_seconds) * steps_left)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s")
+
+
+def agent_metrics(played, episodes):
+    """The agent's line of a step: `played` are all its plays, `episodes` the scored ones (FAILED plays
+    dropped). The band is the learnable win rates 0.2-0.8."""
+    win_rates = [regret.win_rate(rs) for rs in regret.group_rewards(episodes).values() if rs]
+    return {"agent/reward": sum(e.reward for e in episodes) / max(1, len(episodes)),
+            "agent/error_rate": sum(e.status == "error" for e in played) / max(1, len(played)),
+            "agent/failed_rate": sum(e.failed for e in played) / max(1, len(played)),
+            "agent/band_share": sum(0.2 <= w <= 0.8 for w in win_rates) / max(1, len(win_rates))}
+
+
+def designer_metrics(batch):
+    """The designer's line of a step that scored an epoch: its samples' mean raw reward x."""
+    return {"designer/reward": sum(x for _, x in batch) / len(batch), "designer/samples": len(batch)} if batch else {}
 
 
 class Log:

@@ -36,7 +36,7 @@ import threading
 
 MAX_ERROR_CHARS = 64 * 1024        # an environment's exception text is truncated to this
 MAX_ACTION_CHARS = 100_000         # METHOD 1.1: the action string is truncated to 100k chars
-PLAY_MAX_TURNS = 25                # METHOD 1.1: designed max_turns is capped at 25 at play time
+PLAY_MAX_TURNS = 25                # METHOD 1.1's cap on a designed max_turns, where no run gives its --max-turns
 VALIDATION_PROBES = ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}")
 UNBOXED_PROBES = ("1", "2", "test")   # METHOD 3.1 step 2: exceptions ignored, only hangs count
 

@@ -133,7 +133,7 @@ def test_scripted_game_win_masks_logprobs_and_template(tokenizer):
               f"Last dial: \\boxed{{probe C {code[2]}}} now", "All set, \\boxed{open}"]
     scripted = ScriptedEngine(tokenizer, lambda prompt: script[turns_so_far(prompt)])
     stats = {}
-    [episode] = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[7]], stats=stats)
+    [episode] = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[7]], stats=stats, max_turns=25)
     assert (episode.status, episode.reward, episode.num_turns, episode.error) == ("terminated", 1.0, 4, None)
     assert episode.messages[0]["content"].startswith(GAME_FRAMING) and "You win!" in episode.messages[-1]["content"]
     assert [m["role"] for m in episode.messages] == ["user", "assistant"] * 4 + ["user"]
@@ -180,12 +180,12 @@ def test_a_bar_of_finished_plays_shows_on_a_terminal_only(tokenizer, monkeypatch
 
 def test_no_eos_and_context_cap_truncate(tokenizer):
     long_reply = ScriptedEngine(tokenizer, lambda prompt: "probe " * 50)
-    [episode] = play([example("vault_dial")], long_reply, tokenizer, 1, params=PARAMS, max_new_tokens=16)
+    [episode] = play([example("vault_dial")], long_reply, tokenizer, 1, params=PARAMS, max_new_tokens=16, max_turns=25)
     assert (episode.status, episode.reward, episode.num_turns, episode.num_generated_tokens) == ("truncated", 0.0, 1, 16)
     assert episode.loss_mask[-16:] == [1] * 16 and episode.tokens[-1] != long_reply.eos
     prompt_length = len(episode.tokens) - 16
     short = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{probe A 1}")
-    [episode] = play([example("vault_dial")], short, tokenizer, 1, params=PARAMS, max_context=prompt_length + 64 + 30)
+    [episode] = play([example("vault_dial")], short, tokenizer, 1, params=PARAMS, max_context=prompt_length + 64 + 30, max_turns=25)
     assert short.calls[0] == (1, 30)                                 # budget = context left - 64
     assert len(short.calls) == 1 and episode.status == "truncated"   # the observation used up the rest
 
@@ -304,7 +304,7 @@ def test_thinking_mode_renders_every_turn_and_trains_each_turn_alone(thinking_to
     script = [f"<think>plan {i}: dial {'ABC'[i]}</think>\n\\boxed{{probe {'ABC'[i]} {code[i]}}}" for i in range(3)]
     script.append("<think>plan 3: all set</think>\n\\boxed{open}")
     scripted = ScriptedEngine(tokenizer, lambda prompt: script[turns_so_far(prompt)])
-    [episode] = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[7]], thinking=True)
+    [episode] = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[7]], thinking=True, max_turns=25)
     assert (episode.status, episode.reward, episode.num_turns) == ("terminated", 1.0, 4)   # after </think> acted
     assert episode.tokens == [] and len(episode.turns) == 4 and episode.sequences() == episode.turns
     for t, (tokens, loss_mask, logprobs) in enumerate(episode.turns):
@@ -317,7 +317,7 @@ def test_thinking_mode_renders_every_turn_and_trains_each_turn_alone(thinking_to
         assert tokenizer.decode(tokens[n:]) == script[t] + "<|im_end|>"
         assert logprobs == [0.0] * n + [-0.001 * (i + 1) for i in range(len(tokens) - n)]
     # Without thinking mode the template is asked for no thinking, and the one sequence keeps it all.
-    [plain] = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[7]])
+    [plain] = play([example("vault_dial")], scripted, tokenizer, 1, params=PARAMS, seeds=[[7]], max_turns=25)
     assert plain.turns == [] and plain.sequences() == [(plain.tokens, plain.loss_mask, plain.logprobs)]
     first_turn = plain.loss_mask.index(1)
     assert tokenizer.decode(plain.tokens[:first_turn]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
@@ -451,7 +451,7 @@ def parcel_solver(prompt):
 
 def test_scripted_tool_use_solves_parcel_desk(tokenizer):
     scripted = ScriptedEngine(tokenizer, parcel_solver)
-    [episode] = play([example("parcel_desk")], scripted, tokenizer, 1, params=PARAMS, seeds=[[3]])
+    [episode] = play([example("parcel_desk")], scripted, tokenizer, 1, params=PARAMS, seeds=[[3]], max_turns=25)
     assert (episode.status, episode.reward, episode.num_turns) == ("terminated", 1.0, 4), episode.messages
     assert [m["role"] for m in episode.messages] == ["user", "assistant", "tool", "assistant", "tool",
                                                       "assistant", "tool", "assistant", "user"]

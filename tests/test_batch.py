@@ -1,8 +1,15 @@
-"""batch.py: which plays train, with which advantage and weight, and the agent's line of a step."""
+"""One step's batch (METHOD 7.1): which plays train, with which advantage and weight, and the agent's line."""
 import pytest
 
 import agent
-from batch import agent_metrics, drop_failed, num_agent_episodes, trained_agent_samples
+import regret
+from agent import drop_failed
+from grpo import agent_samples, num_trained_episodes
+from infra.report import agent_metrics
+
+
+def trained_agent_samples(episodes, compact_filter):
+    return agent_samples(episodes, regret.episode_advantages(episodes), compact_filter)
 
 
 def test_compact_filter_drops_truncated_plays_after_the_z_scores():
@@ -39,7 +46,7 @@ def test_a_thinking_episode_trains_each_turn_and_counts_once():
                           status="error")
     truncated = agent.Episode("env", "Logic", hinted=False, seed=3, tokens=[5, 6], loss_mask=[0, 1],
                               logprobs=[0.0, -0.1], reward=0.0, status="truncated")
-    assert num_agent_episodes([thinking, plain, empty, truncated]) == 3
+    assert num_trained_episodes([thinking, plain, empty, truncated]) == 3
 
 
 def test_failed_plays_are_dropped_and_hung_games_blacklisted():
@@ -57,7 +64,7 @@ def test_failed_plays_are_dropped_and_hung_games_blacklisted():
     assert [e.env_id for e in kept] == ["ok", "raises"]
     assert hung == {"hangs"} and blacklist == {"earlier", "hangs"}
     # The agent's line counts errors and failures over every play, the reward over the scored ones, and
-    # the band share over the environments with rewards: only "flaky" (1 win of 2) is in the band 0.2-0.8.
-    rewards = {"ok": [1.0], "raises": [-1.0], "flaky": [1.0, -1.0]}
-    assert agent_metrics(played, kept, rewards) == {
+    # the band share over the environments with scored plays: only "flaky" (1 win of 2) is in the band 0.2-0.8.
+    kept += [episode("flaky", 1.0), episode("flaky", -1.0, "contract: step raised ValueError")]
+    assert agent_metrics(played, kept) == {
         "agent/reward": 0.0, "agent/error_rate": 0.8, "agent/failed_rate": 0.6, "agent/band_share": pytest.approx(1 / 3)}

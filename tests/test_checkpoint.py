@@ -68,25 +68,6 @@ def test_sharded_torchao_optimizer_state_resumes_on_every_rank(tmp_path, monkeyp
     assert num_states > 0 and worst == 0.0
 
 
-def test_a_state_saved_before_the_reward_modules_merged_still_loads(tmp_path, monkeypatch):
-    # Runs saved when the epoch's classes lived in designer_rewards.py resume: restore finds them in regret.
-    import random
-    import sys
-    import regret
-    param = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([param], lr=0.1)
-    checkpoint.save_optimizer(optimizer, tmp_path, 0)
-    with monkeypatch.context() as old:
-        old.setitem(sys.modules, "designer_rewards", regret)
-        old.setattr(regret.Epoch, "__module__", "designer_rewards")
-        torch.save({"state": {"step": 3, "epoch": regret.Epoch(0, [], {})}, "python_rng": random.getstate(),
-                    "torch_rng": torch.get_rng_state()}, tmp_path / "state.pt")
-    monkeypatch.delitem(sys.modules, "designer_rewards", raising=False)
-    state = checkpoint.restore(tmp_path, optimizer, None, 0)
-    assert isinstance(state["epoch"], regret.Epoch) and state["step"] == 3 and state["lengths"] == {}
-    assert "designer_rewards" not in sys.modules                     # no module was faked for it
-
-
 # --- the run directory: one process, one run; what cannot be read or written is one sentence ---------
 def saved_run(run_dir, steps):
     """A real run directory with a checkpoint after each of `steps` (the tiny model, plain SGD); the
@@ -136,7 +117,8 @@ def test_a_fresh_run_never_writes_into_another_runs_directory(tmp_path):
         checkpoint.claim(tmp_path / "a_file", resuming=False)
 
 
-@pytest.mark.parametrize("pointer", ["{garbage", "{}", "[1, 2]", '{"checkpoint": "ckpt-09999", "step": 9, "config": {}}'])
+@pytest.mark.parametrize("pointer", ["{garbage", "{}", "[1, 2]",
+                                     '{"version": 2, "checkpoint": "ckpt-09999", "step": 9, "config": {}}'])
 def test_a_pointer_that_is_not_one_names_the_checkpoints_kept(tmp_path, pointer):
     saved_run(tmp_path, [2, 4])
     (tmp_path / "latest").write_text(pointer)

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from regret import (DESIGNER_REWARDS, NEEDS_HINTS, EnvOutcome, LearningPotentialTracker, agent_advantages,
+import regret
+from regret import (DESIGNER_REWARDS, EnvOutcome, LearningPotentialTracker, agent_advantages,
                     blend_reward, designer_advantages, hint_regret, keep_designer_sample, mean_reward, plateau,
                     role_scale, score_designer_batch, win_rate)
 
@@ -176,7 +177,7 @@ def test_variant_solve_rate():
 
 def test_hints_for_every_variant_but_learning_potential():
     # solve_rate's reward ignores R_hint, but its memory ranks environments by regret (METHOD 10).
-    assert NEEDS_HINTS == set(DESIGNER_REWARDS) - {"learning_potential"}
+    assert [name for name in DESIGNER_REWARDS if regret.needs_hints(name)] == ["blend", "solve_rate", "regret_based"]
 
 
 def test_variant_regret_based():
@@ -340,10 +341,12 @@ def test_an_epoch_records_its_window_and_scores_to_outcomes():
     from types import SimpleNamespace
     from regret import Epoch
     samples = [SimpleNamespace(env_id="a", skill="Optimization"), SimpleNamespace(env_id="b", skill="Logical Deduction")]
-    epoch = Epoch(t0=4, samples=samples, hinted={"a": [1.0, 1.0]})
-    epoch.record({"a": [0.0, 1.0], "other": [1.0]}, hung=set())
-    epoch.record({"a": [0.0, 0.0]}, hung={"b", "other"})
+    play = lambda env_id, reward: SimpleNamespace(env_id=env_id, reward=reward)
+    epoch = Epoch(t0=4, samples=samples, hinted={"a": [play("a", 1.0), play("a", 1.0)]})
+    epoch.record([play("a", 0.0), play("a", 1.0), play("other", 1.0)], hung=set())
+    epoch.record([play("a", 0.0), play("a", 0.0)], hung={"b", "other"})
     a, b = epoch.outcomes()
     assert (a.window_rewards, a.hinted_rewards, a.step_timeout) == ([[0.0, 1.0], [0.0, 0.0]], [1.0, 1.0], False)
+    assert [[p.reward for p in plays] for plays in a.window_plays] == a.window_rewards   # the plays themselves too
     assert (b.window_rewards, b.hinted_rewards, b.step_timeout) == ([[], []], [], True)
     assert epoch.timeouts == {"b"} and a.regret == 0.5     # R_hint 1 - R_0 0.5

@@ -93,7 +93,7 @@ def test_plays_share_one_problem_per_environment(tokenizer):
 
 
 def test_a_round_divided_over_ranks_plays_what_one_rank_plays(tokenizer):
-    # spade.divided as four ranks would run it in one process: each plays its share (2 plays of 2
+    # launch.divide as four ranks would run it in one process: each plays its share (2 plays of 2
     # problems: ranks 0-1 get the first problem only, 2-3 the second), gathered in order. The budget is
     # the whole round's: the context leaves 5 tokens after the longer prompt, whichever a rank plays.
     from infra.launch import share

@@ -175,7 +175,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--corpus", "/nonexistent/docs.jsonl"], "corpus file not found"),
     (["--plays-per-env", "1"], "at least 2"),
     (["--regen-interval", "0"], "--num-envs, --steps, --regen-interval, --save-every, --max-turns and --max-new"),
-    (["--setting", "tool-use"], "--setting must be games or tool_use, not 'tool-use'"),   # not a skills error
+    (["--setting", "tool-use"], "--setting must be one of games, tool_use, not 'tool-use'"),   # not a skills error
     (["--plateau-band", "0.6,0.4,0.25"], "--plateau-band must be lo,hi,ramp"),
     (["--designer-reward", "vibes"], "unknown --designer-reward 'vibes'; one of ['blend', "),
     (["--skills", "Juggling"], "unknown games skill"),
@@ -221,7 +221,7 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     from spade import configure, parse_config
     saved = dataclasses.asdict(configure(dict(model="tiny", steps=2, lr=1e-5)))
     fake_checkpoint(tmp_path)
-    (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2, "config": saved}))
+    (tmp_path / "latest").write_text(json.dumps({"version": 2, "checkpoint": "ckpt-00002", "step": 2, "config": saved}))
     with pytest.raises(SystemExit, match=r"--lr \(saved: 1e-05\) cannot change"):   # refused, not ignored
         parse_config(["--resume", str(tmp_path), "--steps", "4", "--lr", "1e-3"])
     with pytest.raises(SystemExit, match="at step 2 already: give more --steps"):
@@ -235,13 +235,13 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     # --wandb is this invocation's (a run logged to W&B resumes where wandb is missing); a config written
     # by another version: knobs it lacks take their defaults, one it has that we do not is one sentence.
     older = {k: v for k, v in saved.items() if k != "top_k"}
-    (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2,
+    (tmp_path / "latest").write_text(json.dumps({"version": 2, "checkpoint": "ckpt-00002", "step": 2,
                                                  "config": {**older, "wandb": True}}))
     assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).wandb is False
-    (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2,
-                                                 "config": {**saved, "no_corpus": True}}))
-    assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).corpus == "none"   # an earlier spelling
-    (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2,
+    (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2, "config": saved}))
+    with pytest.raises(SystemExit, match=r"another version of spade.py \(checkpoint version 1, this one reads 2\)"):
+        parse_config(["--resume", str(tmp_path), "--steps", "4"])           # an earlier version's: refused
+    (tmp_path / "latest").write_text(json.dumps({"version": 2, "checkpoint": "ckpt-00002", "step": 2,
                                                  "config": {**saved, "beam_width": 4}}))
     with pytest.raises(SystemExit, match="written by another version of spade.py .*beam_width"):
         parse_config(["--resume", str(tmp_path), "--steps", "4"])
@@ -436,7 +436,7 @@ class ClockEnv:
 
 
 def clock_worker(rank, world, port, out, alone):
-    """One gloo rank playing two clock environments through spade.play_shared with a scripted engine."""
+    """One gloo rank playing two clock environments through spade.play with a scripted engine."""
     import torch.distributed as dist
     from types import SimpleNamespace
     import spade
@@ -458,7 +458,7 @@ def clock_worker(rank, world, port, out, alone):
                           params={"agent": engine.SamplingParams(max_new_tokens=16)})
     envs = [Environment(f"clock_{i}", "Logical Deduction", CLOCK) for i in range(2)]
     try:
-        played = spade.play_shared(run, envs, 2, step=0)
+        played = spade.play(run, envs, 2, step=0)
         result = [[e.env_id, e.status, e.reward, e.num_turns, e.messages] for e in played]
     except RuntimeError as e:
         result = str(e)
@@ -509,7 +509,7 @@ def noise_worker(rank, world, port, out):
                           rank=rank, world=world, state={"lengths": {}}, cfg=cfg, params={"agent": engine.SamplingParams(
                               temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12)})
     torch.manual_seed(0)                                   # as set_up seeds every rank: the same state
-    played = spade.play_shared(run, [Environment("static", "Logical Deduction", STATIC)], 2, step=0)
+    played = spade.play(run, [Environment("static", "Logical Deduction", STATIC)], 2, step=0)
     (Path(out) / f"rank{rank}.json").write_text(json.dumps([e.tokens for e in played]))
     dist.destroy_process_group()
 

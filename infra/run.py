@@ -1,0 +1,150 @@
+"""A run's set-up: its directory, the sandbox, the corpus or a baseline's pool, the model and its engine,
+the KL reference, the optimizer, memory and the loop state, fresh or resumed (infra/checkpoint.py).
+
+    run = set_up(cfg, spade.SETTINGS[cfg.setting])    # then spade.train(run)
+
+What can go wrong before the first step (no isolation here, a corpus or pool that cannot be read, a model
+or checkpoint that cannot be loaded, a --tp that does not fit) is one sentence, before the model loads
+where it can be.
+"""
+import dataclasses
+import importlib.util
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import designer
+import regret
+import sandbox
+from baselines import rlve
+from designer import builtin_corpus, load_corpus
+from envs import load_pool
+from infra import engine, models, report
+from infra.checkpoint import claim, damaged, kl_reference, read_pointer, restore
+from infra.launch import RankAgreement, TensorParallelGroup, from_rank_0, install_sigint_handler, setup_distributed
+
+ROOT = Path(__file__).resolve().parents[1]   # the project: envs/ and the settings' seed pools
+
+
+@dataclass
+class Run:
+    """What the loop works with, set up once (`set_up`). `state` is what checkpoints keep."""
+    cfg: object        # spade.Config
+    dir: Path
+    log: object
+    rank: int
+    world: int
+    device: str
+    corpus: object
+    fixed_pool: list | None
+    model: object
+    tokenizer: object
+    gen: object
+    ref_model: object
+    optimizer: object
+    params: dict
+    skills: list
+    seeds: list
+    memory: object
+    state: dict
+    setting: object    # designer.Setting: what makes this run's setting (spade.SETTINGS)
+    stop: object       # set by Ctrl-C (launch.install_sigint_handler)
+
+
+def set_up(cfg, setting):
+    """The Run of a checked Config and its setting: a fresh one, or one resumed from its last checkpoint."""
+    import torch
+    rank, world = setup_distributed()
+    cfg.out = from_rank_0(cfg.out, world)   # one start time in out/{time}: rank 0's
+    run_dir = Path(cfg.resume or cfg.out)
+    if rank == 0:
+        claim(run_dir, resuming=bool(cfg.resume))
+    pointer = read_pointer(run_dir) if cfg.resume else None
+    checkpoint = run_dir / pointer["checkpoint"] if pointer else None
+    log = report.Log(run_dir, cfg, rank)
+    random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+    # The sandbox every environment runs in: started first, so a machine that cannot isolate model-written
+    # code stops here, in one sentence (RLVE's environments are a package's, not a model's).
+    # What the environments grow from, the corpus or a baseline's fixed pool, is read before the model
+    # loads: a bad file is then an error in seconds, not after minutes.
+    try:
+        if not cfg.rlve:
+            log.print("sandbox: " + ", ".join(k for k, v in sandbox.isolation().items() if not v.startswith("missing")))
+        fixed_pool = load_pool(cfg.pool, max_turns=cfg.max_turns) if cfg.pool else None
+        words = cfg.fixed.corpus_max_words
+        corpus = None if cfg.corpus == "none" or cfg.pool or cfg.rlve else (
+            load_corpus(cfg.corpus, words) if cfg.corpus else builtin_corpus(words))
+    except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
+        raise SystemExit(f"spade.py: {e}")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer, gen, ref_model, optimizer, params = load_trainer(cfg, checkpoint, device, world,
+                                                                       step=pointer["step"] if pointer else 0)
+    skills = cfg.skill_list()
+    seeds = [e for e in load_pool(ROOT / setting.seeds, validate=False) if e.skill in skills]
+    memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
+    # pool_rng: the fixed pool's own shuffle, seed 42 as the paper's baseline (METHOD 10).
+    state = dict(step=0, pool=[], epoch=None, tracker=regret.LearningPotentialTracker(), order=[],
+                 rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), lengths={},
+                 rlve=rlve.Curriculum() if cfg.rlve else None)
+    if checkpoint:
+        state = restore(checkpoint, optimizer, memory, rank)
+        log.rewind(state["step"])
+        log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
+        if state["step"] == pointer["config"]["steps"] and not (cfg.pool or cfg.rlve):
+            log.print("extending a finished run: its last step scored the open epoch early (METHOD.md 6.2), "
+                      "so it trains no designer samples until its next regen step")
+    elif memory is not None and not memory.records:
+        memory.seed_from(seeds)
+    log.config()
+    return Run(cfg, run_dir, log, rank, world, device, corpus, fixed_pool, model, tokenizer, gen, ref_model,
+               optimizer, params, skills, seeds, memory, state, setting, install_sigint_handler())
+
+
+def load_trainer(cfg, checkpoint, device, world, step=0):
+    """The model, its two views (trainer + engine), the KL reference, the optimizer, the sampling params;
+    `step`: the checkpoint's."""
+    import grpo
+    load = models.load_sharded if world > 1 else models.load_model   # several ranks: FSDP2 shards
+    from safetensors import SafetensorError   # a truncated weights file
+    problems = (OSError, ValueError, models.ModelLoadError, SafetensorError)   # one sentence each, no trace
+    try:
+        model, tokenizer = load(str(checkpoint / "model") if checkpoint else cfg.model)
+    except problems as e:
+        raise damaged(checkpoint, e) if checkpoint else SystemExit(f"spade.py: {e}") from None
+    try:
+        ref_model = kl_reference(cfg, model, resumed=checkpoint is not None, sharded=world > 1)
+    except problems as e:
+        raise SystemExit(f"spade.py: {e}") from None
+    vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
+    kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
+    tp = engine_tp(cfg, kind, model, world)
+    # vLLM's sampling stream, which no checkpoint holds: one per --seed, and another after each resume
+    seed = (cfg.seed + step) % 2**31   # numpy's range
+    gen = engine.make_engine(model, tokenizer, kind, **({"tp": tp, "seed": seed} if kind == "vllm" else {}))
+    gen = TensorParallelGroup(gen, tp, world) if kind == "vllm" and world > 1 else gen
+    gen = RankAgreement(gen) if world > 1 else gen           # in lockstep, ranks must ask for the same prompts
+    agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
+    params = dict(agent=agent_params,
+                  designer=dataclasses.replace(agent_params, max_new_tokens=cfg.fixed.designer_max_tokens),
+                  hint=engine.SamplingParams(cfg.fixed.hint_temperature, top_p=0.9, top_k=0,
+                                             max_new_tokens=cfg.fixed.hint_max_tokens),
+                  # where the setting audits: the policy's verdict on what passed the gate (3.1 step 4)
+                  audit=engine.SamplingParams(0.3, top_p=0.9, top_k=0,
+                                              max_new_tokens=min(16384, cfg.fixed.designer_max_tokens)))
+    return model, tokenizer, gen, ref_model, grpo.make_optimizer(model, lr=cfg.lr), params
+
+
+def engine_tp(cfg, kind, model, world):
+    """vLLM's tensor-parallel size: --tp, or the smallest that fits this GPU (engine.fitting_tp). The
+    in-process engine is one rank a group."""
+    import torch
+    if kind != "vllm" or world == 1:
+        if cfg.tp > 1:
+            raise SystemExit(f"spade.py: --tp {cfg.tp} needs --engine vllm and as many ranks (GPUs)")
+        return 1
+    tp = cfg.tp or engine.fitting_tp(sum(p.numel() * p.element_size() for p in model.parameters()),
+                                     torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available()
+                                     else float("inf"), world)
+    if world % tp:
+        raise SystemExit(f"spade.py: --tp {tp} does not divide the {world} ranks into tensor-parallel groups")
+    return tp
