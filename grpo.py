@@ -310,15 +310,8 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     route = route or attention.route(model)
     device = next(model.parameters()).device
     fused_loss = device.type == "cuda" if fused_loss is None else fused_loss
-    local = packing.samples_for_rank(samples, rank, world)
     total_weight = sum(s.weight for s in samples)
-    plan = [[local[i] for i in group] for group in
-            packing.plan_micro_batches([len(s.tokens) for s in local], micro_token_budget, route == "padded")]
-    # FSDP2 gathers each layer collectively, so every rank must run as many passes: a rank that has
-    # run out repeats a micro-batch with weight 0.
-    num_passes = torch.tensor(len(plan), device=device)
-    if world > 1:
-        dist.all_reduce(num_passes, op=dist.ReduceOp.MAX)
+    plan, num_passes = _plan(samples, micro_token_budget, route == "padded", device, rank, world)
     totals = defaultdict(float)
     with contextlib.ExitStack() as stack:
         stack.callback(model.train, model.training)
@@ -344,6 +337,18 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
             totals["num_tokens"] += sum(batch.lengths) * weight
     return _reduced(totals, device, world) | dict(num_samples=len(samples), num_micro_batches=int(num_passes),
                                                   attention=route)
+
+
+def _plan(samples, micro_token_budget, padded, device, rank, world):
+    """This rank's share of the samples in micro-batches, and how many passes every rank runs: FSDP2
+    gathers each layer collectively, so a rank that has run out repeats a micro-batch with weight 0."""
+    local = packing.samples_for_rank(samples, rank, world)
+    plan = [[local[i] for i in group] for group in
+            packing.plan_micro_batches([len(s.tokens) for s in local], micro_token_budget, padded)]
+    num_passes = torch.tensor(len(plan), device=device)
+    if world > 1:
+        dist.all_reduce(num_passes, op=dist.ReduceOp.MAX)
+    return plan, num_passes
 
 
 def _micro_batch_loss(model, batch, temperature, clips, ref_model, fused_loss):

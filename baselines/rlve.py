@@ -3,22 +3,13 @@ with RLVE's own adaptive difficulty, in place of the designer.
 
     python spade.py --rlve --model Qwen3-30B-A3B      # 16 environments x 16 plays, T 1.0
 
-Every step each environment (all 16, or `--num-envs` of them in rotation) gets one new problem that
-all of its `--plays-per-env` plays answer; their z-scored rewards are the advantages, as for a game.
-The prompt is the problem followed by Qwen's step-by-step `\\boxed{}` line; the box's content goes to
-RLVE's verifier as `<answer>...</answer>` (a reply without a box goes as it is), and the reward is the
-verifier's accuracy, 0 or 1.
-
-Difficulty, RLVE's sliding window: every environment has a top level (0 at the start). A problem's
-level is drawn uniformly from the last WINDOW levels up to the top, its parameters uniformly from
-what RLVE's parameter controller lists at that level. Plays of top-level problems are counted; after
-MIN_ATTEMPTS of them the top moves up one level if at least PROMOTE_AT of them were right, and the
-count starts again either way. `Curriculum` holds this state; it is saved in checkpoints.
-
-The problems come from the `rlve-gym` package (RLVE's `Gym` environments and parameter controllers).
-They run in the trainer process, not in the sandbox: they are RLVE's code, not model-written code.
-RLVE reseeds the global Python, numpy and torch generators for every problem it makes; `problem()`
-puts them back.
+Every step each environment gets one new problem that all its plays answer; the reward is RLVE's
+verifier on the `\\boxed{}` content (0 or 1), z-scored as for a game. Difficulty is RLVE's sliding
+window (`Curriculum`, saved in checkpoints): a problem's level is drawn from the last WINDOW levels up
+to the environment's top, and after MIN_ATTEMPTS top-level plays the top moves up if at least
+PROMOTE_AT of them were right. The problems come from the `rlve-gym` package and run in the trainer
+(RLVE's code, not model-written code); RLVE reseeds the global generators for every problem it makes,
+and `problem()` puts them back.
 """
 import contextlib
 import dataclasses

@@ -1,26 +1,15 @@
-"""The fused output-layer kernels: log-probs and the GRPO loss without building the T x V logits.
+"""The fused output-layer kernels (Triton): log-probs and the GRPO loss without the T x V logits.
 
-The update scores each trained token's log_softmax(hidden @ weight.T / temperature)[t, target[t]] under
-Qwen3's 151,936-entry vocabulary; plain torch materialises T x V fp32 logits for it (18.6 GiB at 8k
-tokens). The two Triton paths here hold one tile, or one token chunk, of them at a time:
-  fused_linear_logprob  a log-prob function. Forward: an online log-sum-exp over vocabulary tiles,
-      saving only the LSE. Backward: per vocabulary chunk, the tiles recomputed into dlogits, then
-      grad_weight (cuBLAS) and grad_hidden (Triton, fp32). Four GEMM-sized passes.
-  linear_token_loss  a loss that is a sum of per-token terms f_t(logprob_t) with constants known before
-      the forward (GRPO's: grpo.fused_grpo_loss, the CUDA default). f_t' exists once a token's LSE does,
-      so per token chunk: fp32 logits, LSE, f', dlogits in place, both gradients, all in the forward.
-      Three GEMMs; the price is one rounding of grad_weight per chunk.
+Plain torch materialises T x V fp32 logits to score each trained token (18.6 GiB at 8k tokens of
+Qwen3's 151,936-entry vocabulary); these hold one tile, or one token chunk, at a time:
+  fused_linear_logprob  forward: an online log-sum-exp over vocabulary tiles, saving only the LSE;
+      backward: per vocabulary chunk, dlogits recomputed, then both gradients. Four GEMM-sized passes.
+  linear_token_loss  a loss that is a sum of per-token terms f_t(logprob_t) (GRPO's: the CUDA default,
+      grpo.fused_grpo_loss): per token chunk, logits, LSE, f', dlogits and both gradients, all in the
+      forward. Three GEMMs; the price is one rounding of grad_weight per chunk.
 The torch references are the path off CUDA (`logprob_fn`) and the tests' ground truth. Targets < 0 are
-ignored (log-prob 0, no gradient). On GPU fp32 inputs use TF32 (about 1e-3 relative), bf16 inputs exact
-products with fp32 sums. Designs, predictions and measurements: bench/NOTES.md.
-
-Deliberately not here: a bias, label smoothing, logit soft-capping, CCE's skipping of gradient tiles
-whose softmax is negligible (an approximation), losses that mix tokens of different chunks, tensor
-subclasses (FSDP2's DTensor: gather it first), Triton off CUDA outside the tests (the interpreter is
-far too slow for a model's vocabulary), and the bench's baselines (bench/logprob_bench.py).
-
-Run: `python -m pytest tests/test_fused.py -q` (the Triton code on CPU under TRITON_INTERPRET=1, against
-float64); `python bench/logprob_bench.py` on a CUDA GPU; `python bench/kernel_resources.py` for sm_90.
+ignored. Not here: a bias, label smoothing, soft-capping, DTensor inputs (gather first). Designs and
+measurements: bench/NOTES.md; tests: tests/test_fused.py (Triton's interpreter on CPU).
 """
 from dataclasses import dataclass
 from functools import lru_cache
