@@ -1,9 +1,9 @@
-# `make test` is the test command (README, CI). `make demo` runs the embedded default.
+# `make test` is the test command (README, CI). `make demo` runs the embedded default, `make demo-toy` the toy run.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test test-fast test-vllm demo bench clean-venv sandbox-jail
+.PHONY: test test-fast test-vllm demo demo-toy bench clean-venv sandbox-jail
 
 $(VENV)/.installed: requirements.txt requirements-eval.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ test-fast: $(VENV)/.installed sandbox-jail
 
 demo: $(VENV)/.installed sandbox-jail
 	$(PY) spade.py
+
+# The toy run (toy/): the tiny model taught a handful of behaviours, then the real loop; its curves move.
+demo-toy: $(VENV)/.installed sandbox-jail
+	$(PY) -m toy
 
 bench: $(VENV)/.installed sandbox-jail
 	$(PY) bench/sandbox_bench.py

@@ -139,12 +139,12 @@ class EnvMemory:
 
     def retrieve(self, skill: str, rng: random.Random, n: int = 2) -> tuple[list[dict], dict | None]:
         """Same-skill records only. Positives: win rate in [0.15, 0.85], the max(3n, 10) of highest
-        regret, n sampled without replacement (shown by regret, highest first). Negative: one record
-        with win rate > 0.9 (too easy) or < 0.1 (too hard), or None."""
+        regret, n sampled without replacement (shown in the order drawn). Negative: one record with win
+        rate > 0.9 (too easy) or < 0.1 (too hard), or None."""
         same = [r for r in self.records if r["skill"] == skill]
         band = sorted((r for r in same if 0.15 <= r["actor_win_rate"] <= 0.85),
                       key=lambda r: r["regret"], reverse=True)[:max(3 * n, 10)]
-        positives = sorted(rng.sample(band, min(n, len(band))), key=lambda r: r["regret"], reverse=True)
+        positives = rng.sample(band, min(n, len(band)))
         extremes = [r for r in same if r["actor_win_rate"] > 0.9 or r["actor_win_rate"] < 0.1]
         return positives, (rng.choice(extremes) if extremes else None)
 

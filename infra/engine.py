@@ -385,7 +385,7 @@ class VLLMEngine:
         if "RANK" in os.environ:  # launched by torchrun (not dist.is_initialized(): vLLM sets up a group too)
             # Ranks g*tp ... g*tp+tp-1 are one engine; vLLM makes the world/tp groups independent data-parallel
             # replicas (its "external DP"). A group's ranks must sample alike: one seed per group here, and
-            # one random stream per group in a divided phase (spade.divided).
+            # one random stream per group in a divided phase (launch.divide).
             kwargs.update(distributed_executor_backend="external_launcher", tensor_parallel_size=tp,
                           seed=seed + int(os.environ["RANK"]) // tp)
         self.llm = vllm.LLM(**kwargs, **llm_kwargs)

@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 
 def rank_environment(rank: int, world: int, port: int) -> dict[str, str]:

@@ -27,8 +27,9 @@ def test_compact_filter_drops_truncated_plays_after_the_z_scores():
 
 
 def test_a_thinking_episode_trains_each_turn_and_counts_once():
-    # METHOD 4.2: one sample per turn, each with the episode's whole advantage; weights 1/T so the
-    # episode counts once in the batch mean. A turn with nothing to train on (a masked malformed tool
+    # METHOD 4.2: one sample per turn, each with the episode's whole advantage, weighted by its share of
+    # the episode's trained tokens (2, 2 and 1 of 5), so the episode counts once, as the token mean over
+    # its turns (the official group denominator). A turn with nothing to train on (a masked malformed tool
     # call) is no sample and takes no share.
     turn = lambda *mask: ([7] * len(mask), list(mask), [-0.5 * m for m in mask])
     thinking = agent.Episode("env", "Logic", hinted=False, seed=0, reward=1.0, status="terminated",
@@ -39,7 +40,7 @@ def test_a_thinking_episode_trains_each_turn_and_counts_once():
     assert [(s.tokens, s.loss_mask) for s in samples] == [
         t[:2] for t in (thinking.turns[0], thinking.turns[2], thinking.turns[3])] + [([5, 6], [0, 1])]
     assert [s.advantage for s in samples] == pytest.approx([1.0] * 3 + [-1.0])      # z-scores of rewards [1, 0]
-    assert [s.weight for s in samples] == pytest.approx([1 / 3] * 3 + [1.0])
+    assert [s.weight for s in samples] == pytest.approx([2 / 5, 2 / 5, 1 / 5, 1.0])
     # The role scale's N_agent counts it once too; an episode with nothing generated is not counted, and
     # a truncated one that the compact filter leaves out of training still is (METHOD 6.2 step 4).
     empty = agent.Episode("env", "Logic", hinted=False, seed=2, tokens=[5], loss_mask=[0], logprobs=[0.0], reward=0.0,

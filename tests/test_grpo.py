@@ -204,10 +204,36 @@ def test_micro_batched_and_packed_loss_equal_per_sample_loss(cpu_varlen):
             torch.testing.assert_close(grad, expected[name], atol=1e-5, rtol=1e-4, msg=f"{route} {budget} {name}")
 
 
+def test_the_update_scores_at_the_training_temperature_and_weighs_by_the_rollouts(cpu_varlen):
+    # METHOD 7.2, as officially: the engine samples at 0.6 and reports those log-probs; the update's
+    # forward divides the logits by the training temperature, 1.0 (Slime's --rollout-temperature). The TIS
+    # weight is then min(pi_T1 / pi_T0.6, 2), detached, and the gradient is -A * w * grad log pi_T1.
+    model = tiny_model()
+    [sample] = random_samples(1, VOCAB, seed=3, min_len=12, max_len=12)
+    tokens = torch.tensor([sample.tokens])
+    with torch.no_grad():
+        logits = model(input_ids=tokens).logits[0, :-1].float()
+    targets, mask = tokens[0, 1:], torch.tensor(sample.loss_mask[1:], dtype=torch.bool)
+    at = lambda t: torch.log_softmax(logits / t, -1).gather(-1, targets[:, None])[:, 0]
+    rollout = [0.0] + torch.where(mask, at(0.6), torch.zeros(())).tolist()
+    sample = dataclasses.replace(sample, rollout_logprobs=rollout, advantage=1.5)
+    model.zero_grad(set_to_none=True)
+    stats = grpo.accumulate_gradients(model, [sample], temperature=1.0, route="padded")
+    weights = torch.exp(at(1.0) - at(0.6)).clamp(max=2.0)[mask]
+    assert stats["tis_weight"] == pytest.approx(weights.mean().item(), rel=1e-5)
+    assert stats["tis_capped_fraction"] == pytest.approx((weights == 2.0).float().mean().item())
+    assert not torch.allclose(weights, torch.ones_like(weights), atol=0.05)     # the two temperatures differ
+    reference = tiny_model()
+    logp = torch.log_softmax(reference(input_ids=tokens).logits[0, :-1].float(), -1).gather(-1, targets[:, None])[:, 0]
+    (-(1.5 * weights * torch.exp(logp[mask] - logp[mask].detach())).mean()).backward()
+    for name, grad in grads_of(model).items():
+        torch.testing.assert_close(grad, dict(reference.named_parameters())[name].grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
 def test_a_sample_of_weight_w_counts_as_w_copies(cpu_varlen):
-    # Thinking episodes (METHOD.md 4.2) become one sample per turn, each of weight 1/T, so that the
-    # episode counts once in the batch mean: weight 2 must equal the sample twice, and weights 1/2 on
-    # two samples one full sample's worth of the mean.
+    # Thinking episodes (METHOD.md 4.2) become one sample per turn, weighted by its share of the
+    # episode's tokens, so that the episode counts once in the batch mean: weight 2 must equal the
+    # sample twice, and weights 1/2 on two samples one full sample's worth of the mean.
     model = tiny_model()
     a, b, c = random_samples(3, VOCAB, seed=5)
     kwargs = dict(temperature=0.8, micro_token_budget=20)
@@ -455,3 +481,12 @@ def test_grpo_learns_a_trivial_environment_family():
             break
     print(f"expected reward {start:.2f} -> {expected_reward(model, held_out):.2f} in {step + 1} steps")
     assert expected_reward(model, held_out) >= 0.8
+
+
+def test_optimizer_bench_runs_at_a_tiny_size(capsys):
+    """bench/optimizer_bench.py for two updates: the reference row is itself, every other row is compared."""
+    from bench import optimizer_bench
+    rows = optimizer_bench.main(["--steps", "2"])
+    assert rows[0][1:] == (1.0, pytest.approx(1.0), 0.0) and len(rows) >= 3
+    assert all(size > 0 and -1 <= cosine <= 1 for _, size, cosine, _ in rows)
+    assert "| bf16 weights, bitsandbytes AdamW8bit, round to nearest |" in capsys.readouterr().out
