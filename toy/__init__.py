@@ -36,7 +36,7 @@ SETTING = designer.Setting({SKILL: "answer a yes-or-no question"}, designer_mess
                                        skills_per_regen=1, micro_token_budget=4096),
                            seeds=str(SEEDS.relative_to(HERE.parent)), embedded_skills=SKILL)
 # The knobs of the toy run (spade.py's own flags): every step a new pool (R = 1) of 8 games, 4 plays each.
-ARGS = ["--setting", "toy", "--steps", "24", "--num-envs", "8", "--plays-per-env", "4", "--regen-interval", "1",
+ARGS = ["--setting", "toy", "--steps", "16", "--num-envs", "8", "--plays-per-env", "4", "--regen-interval", "1",
         "--max-turns", "1", "--max-context", "1024", "--max-new-tokens", "4", "--corpus", "none", "--lr", "1e-4",
         "--save-every", "1000", "--seed", "0"]
 
