@@ -261,6 +261,7 @@ class EnvSandbox:
         self._pidfd, self._requests, self._lock = None, itertools.count(), threading.RLock()
         ours, theirs = socket.socketpair()
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)   # the ready byte carries the child's pid
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)  # an urgent byte is read as any other
         try:
             self._zygote = _Zygote.get()
             self._server_pid, self._slot = self._zygote.spawn(theirs, memory_mb)
@@ -283,7 +284,7 @@ class EnvSandbox:
         try:
             if not readable(self._sock, deadline - time.monotonic()):
                 self._fail("timeout", "the sandbox did not start in time")
-            data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(12))
+            data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(12), socket.MSG_DONTWAIT)
         except OSError as e:
             self._fail("crash", f"the sandbox did not start: {e}")
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
@@ -318,7 +319,7 @@ class EnvSandbox:
         number = next(self._requests)
         try:
             if readable(self._sock, 0):   # a frame nobody asked for (forged, or a desync), or its death
-                if not self._sock.recv(1, socket.MSG_PEEK):
+                if not _peek(self._sock):
                     raise EOFError
                 self._fail("output", f"{op}: the environment wrote to its reply socket between calls")
             self._signal(signal.SIGCONT)
@@ -403,6 +404,15 @@ class EnvSandbox:
             except OSError:
                 pass
             self._zygote.orphan(self._server_pid, self._slot)
+
+
+def _peek(sock):
+    """The first byte waiting on `sock` (b"" at its end), without blocking: a readable socket with nothing
+    to read (an urgent byte a recv would skip) counts as a byte."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b"!"
 
 
 def _death_reason(status, oom, op):

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -1159,3 +1160,72 @@ def test_a_trainer_run_from_tmp_itself_still_gets_a_private_writable_tmp(tmp_pat
     result = subprocess.run([sys.executable, "-c", script, "/tmp", code], capture_output=True, text=True,
                             cwd=ROOT, timeout=120)
     assert result.stdout.strip() == "written False", result.stderr[-2000:]
+
+
+# --- 15. urgent (out-of-band) data on the reply socket --------------------------------------------
+URGENT = "_urgent = _socket.socket(fileno=os.dup(reply_fd()))\n_urgent.send(b'!', _socket.MSG_OOB)\n_urgent.close()"
+OWN_STEP_REPLY = f"write_frame({{'id': 2, 'ok': True, 'value': ['ok', 0.0, False, False, {{}}, {STEP_KINDS!r}]}})"
+
+
+def returns_within(seconds, call):
+    """What `call()` returned or raised, provided it did so within `seconds`. If it still blocks then,
+    every child of the fork server is killed (which ends the block) and the test fails."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(call())
+        except BaseException as e:   # what the trainer would have seen, judged by the caller
+            outcome.append(e)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        for pid in zygote_children():
+            os.kill(pid, 9)
+        thread.join(10)
+        pytest.fail(f"the call still blocked {seconds:g} s after it began")
+    return outcome[0]
+
+
+@pytest.mark.parametrize("where, kinds", [pytest.param("reset", ["timeout"], id="reset"),
+                                         pytest.param("step", ["timeout"], id="step"),
+                                         pytest.param("after-reply", ["output", "timeout"], id="after-reply")])
+def test_urgent_data_on_the_reply_socket_cannot_outlast_a_deadline(where, kinds):
+    """One MSG_OOB byte sent by the child in reset, in a step (which then computes forever), or after a
+    reply of its own (the child is stopped then, before or after the byte went out: the next call sees
+    it waiting, or receives it as the start of a reply that never comes): every call returns within its
+    deadline."""
+    hang = URGENT + "\nwhile True:\n    pass"
+    code = {"reset": wire_env(reset=hang), "step": wire_env(step=hang),
+            "after-reply": wire_env(step=f"{OWN_STEP_REPLY}\n{URGENT}\ntime.sleep(60)")}[where]
+    box = EnvSandbox(code, timeout_s=TIMEOUT, memory_mb=256)
+    started = time.monotonic()
+    error = returns_within(3 * TIMEOUT + 2, lambda: (box.reset(seed=0), box.step("a"), box.step("b")))
+    assert isinstance(error, SandboxError) and error.kind in kinds, repr(error)
+    assert time.monotonic() - started < 3 * TIMEOUT + 2
+    gone(box)
+
+
+def test_urgent_data_cannot_hang_the_gate():
+    """The byte sent at import time, then a loop: validate_env says "timeout" within the call's deadline."""
+    code = wire_env(top=URGENT + "\nwhile True:\n    pass")
+    result = returns_within(TIMEOUT + 2, lambda: validate_env(code, timeout_s=10, call_timeout_s=TIMEOUT))
+    assert (result.ok, result.stage) == (False, "timeout"), result
+    assert zygote_children() == []
+
+
+def test_urgent_data_cannot_hang_a_play():
+    """agent.play of a game that sends an urgent byte in its first step and computes forever: the play
+    ends within the deadline as a FAILED timeout."""
+    from agent import play
+    from envs import Environment
+    from infra import engine, models
+    from test_agent import ScriptedEngine
+    tokenizer = models.tiny_tokenizer()
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{go}")
+    game = Environment("urgent", "Logical Deduction", wire_env(step=URGENT + "\nwhile True:\n    pass"))
+    [episode] = returns_within(2 * TIMEOUT + 5, lambda: play([game], scripted, tokenizer, 1, max_turns=3, max_new_tokens=32,
+                                                             params=engine.SamplingParams(temperature=1.0), timeout_s=TIMEOUT))
+    assert (episode.status, episode.failed, str(episode.error).split(":")[0]) == ("error", True, "timeout"), episode
+    assert zygote_children() == []
