@@ -79,8 +79,8 @@ import threading
 import time
 
 from sandbox import confine
-from sandbox.contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, ReplyError, checked_reset, checked_step,
-                      checked_tools, clean_text)
+from sandbox.contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, REWARD_RANGE, ReplyError, checked_reset,
+                              checked_step, checked_tools, clean_text)
 from sandbox.forkserver import frame, readable, recv, send, strict_json
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # this package's parent, on sys.path
@@ -373,8 +373,11 @@ class EnvSandbox:
         return obs, info
 
     def step(self, action):
+        """(observation, reward, terminated, truncated, info), the reward clipped to REWARD_RANGE: the gate
+        probes only three actions, so a play may meet a reward it never saw (1e308 twice sums to inf)."""
         value = self.request("step", action=str(action)[:MAX_ACTION_CHARS])
-        return self._checked(checked_step, value)[:5]
+        obs, reward, terminated, truncated, info = self._checked(checked_step, value)[:5]
+        return obs, min(max(reward, REWARD_RANGE[0]), REWARD_RANGE[1]), terminated, truncated, info
 
     def tools(self):
         return self._checked(checked_tools, self.request("tools"))

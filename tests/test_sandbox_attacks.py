@@ -9,6 +9,7 @@ children.
 """
 import ctypes
 import json
+import math
 import os
 import pathlib
 import select
@@ -1228,4 +1229,69 @@ def test_urgent_data_cannot_hang_a_play():
     [episode] = returns_within(2 * TIMEOUT + 5, lambda: play([game], scripted, tokenizer, 1, max_turns=3, max_new_tokens=32,
                                                              params=engine.SamplingParams(temperature=1.0), timeout_s=TIMEOUT))
     assert (episode.status, episode.failed, str(episode.error).split(":")[0]) == ("error", True, "timeout"), episode
+    assert zygote_children() == []
+
+
+# --- 16. numbers the child sends --------------------------------------------------------------
+HUGE = "1" + "0" * 400   # an exact integer of 401 digits: float() of it overflows
+
+
+@pytest.mark.parametrize("patch, step, kind", [
+    pytest.param("", f"return 'ok', {HUGE}, True, False, {{}}", "contract", id="returned"),
+    pytest.param(f"_REWARD, _INFO, _TAIL = {HUGE!r}, '{{}}', ''\n" + RAW, "", "output", id="raw"),
+    pytest.param(f"_REWARD, _INFO, _TAIL = '-' + {HUGE!r}, '{{}}', ''\n" + RAW, "", "output", id="raw-negative"),
+])
+def test_a_huge_exact_integer_reward_is_a_clean_error(patch, step, kind):
+    """A reward of 10**400 (returned, or written as such on the wire): a SandboxError, not an
+    OverflowError out of the reply checks; and the gate rejects it instead of raising."""
+    code = env_code(top=patch, step=step or "return 'ok', 0.0, False, False, {}")
+    assert refused(code, kinds=(kind,)).kind == kind
+    result = validate_env(code, timeout_s=10)
+    assert not result.ok and result.stage in ("step", "output"), result
+
+
+@pytest.mark.parametrize("reward, clipped", [("1.7e308", 10.0), ("-1e300", -10.0), ("10.5", 10.0), ("-3.25", -3.25)])
+def test_a_play_never_sees_a_reward_outside_the_contracts_range(reward, clipped):
+    """The gate only probes; in a play, a step's reward comes back inside METHOD 3.1's [-10, 10]."""
+    with EnvSandbox(env_code(step=f"return 'ok', {reward}, False, False, {{}}"), timeout_s=5) as box:
+        box.reset()
+        assert [box.step("go")[1] for _ in range(2)] == [clipped, clipped]
+
+
+def hostile_rewards():
+    """Environments whose rewards are as large as the wire allows, each way it can say them."""
+    forged = lambda text: env_code(top=f"_REWARD, _INFO, _TAIL = {text!r}, '{{}}', ''\n" + RAW.replace(
+        "false, false", "true, false"))
+    return {"max-float-twice": env_code(init="self.n = 0", step="self.n += 1\nreturn 'ok', 1.7e308, self.n > 1, False, {}"),
+            "min-float": env_code(step="return 'ok', -1.7e308, True, False, {}"),
+            "exact-int": env_code(step=f"return 'ok', {HUGE}, True, False, {{}}"),
+            "raw-int": forged(HUGE), "raw-1e308": forged("1e308"), "raw-1e999": forged("1e999"),
+            "ordinary": env_code(step="return 'ok', 1.0 if 'win' in action else 0.0, True, False, {}")}
+
+
+def test_no_environment_can_make_a_return_an_advantage_or_the_loss_non_finite():
+    """Plays of those environments (with a scripted agent) end with finite returns in [-1, 1]; the
+    z-scored advantages and the policy loss over all of them are finite."""
+    import torch
+    import batch
+    import grpo
+    from agent import play
+    from envs import Environment
+    from infra import engine, models
+    from test_agent import ScriptedEngine
+    tokenizer = models.tiny_tokenizer()
+    envs = [Environment(name, "Logical Deduction", code) for name, code in hostile_rewards().items()]
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{win}" if len(prompt) % 2 else "\\boxed{go}")
+    episodes = play(envs, scripted, tokenizer, 2, params=engine.SamplingParams(temperature=1.0), max_turns=3,
+                    max_new_tokens=16, timeout_s=5)
+    returns = [e.reward for e in episodes]
+    assert all(type(r) is float and -1.0 <= r <= 1.0 for r in returns), returns
+    advantages = batch.episode_advantages(episodes)
+    assert all(math.isfinite(a) for a in advantages), advantages
+    shape = (len(episodes), 8)
+    logprobs = torch.full(shape, -0.5, requires_grad=True)
+    loss, _ = grpo.grpo_loss(logprobs, torch.full(shape, -0.6), torch.full(shape, -0.7), torch.tensor(advantages),
+                             torch.ones(shape))
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()
     assert zygote_children() == []
