@@ -246,6 +246,15 @@ def _machine_share(pid):
     return (uid_base, *confine.memory_cgroup())
 
 
+def summary():
+    """isolation() in one line for a run's header: the layers that hold, then each missing one and why,
+    as in "namespaces, memory, uid, syscalls; MISSING jail (bubblewrap is not installed ...)"."""
+    layers = isolation()
+    missing = [f"{k} ({v.removeprefix('missing: ')})" for k, v in layers.items() if v.startswith("missing: ")]
+    held = ", ".join(k for k, v in layers.items() if not v.startswith("missing: "))
+    return held + ("; MISSING " + "; ".join(missing) if missing else "")
+
+
 def isolation():
     """What confines a sandbox here, layer by layer: {"jail", "namespaces", "memory", "uid",
     "syscalls"} -> a line each, "missing: why" where a layer is not available. Starts the fork server,

@@ -238,7 +238,7 @@ def confine_child(spec):
     os.close(devnull)
     uid, workdir = spec["uid"], spec["workdir"]
     if spec["namespaces"]:   # mount, IPC, network, UTS; the PID namespace is the fork server's unshare
-        _private_mounts(uid, spec["rebound"])
+        _private_mounts(spec["rebound"])
     if spec["cgroup"]:
         _enter_cgroup(spec["cgroup"], spec["memory_limit"])
         if spec["namespaces"]:   # where the child owns its cgroup's files (v2 delegated to a user): frozen
@@ -278,13 +278,15 @@ def confine_child(spec):
                       **dict.fromkeys(ONE_THREAD, "1"))
 
 
-def _private_mounts(uid, rebound):
-    """New namespaces; a private tmpfs on /tmp (and /dev/shm) owned by `uid`, with the `rebound`
-    paths that lived under /tmp bound back read-only; a /proc of the child's own PID namespace."""
+def _private_mounts(rebound):
+    """New namespaces; a private tmpfs on /tmp (and /dev/shm), with the `rebound` paths that lived
+    under /tmp bound back read-only; a /proc of the child's own PID namespace. The tmpfs stays root's
+    while the mount points are made in it (the jail grants no CAP_DAC_OVERRIDE, so one already the
+    child's, mode 0700, refused them); confine_child gives it to the child's uid afterwards."""
     check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS), "unshare")
     check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     sources = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in rebound]   # before the tmpfs hides them
-    options = f"size={SCRATCH_MB}m,mode=0700,uid={uid},gid={uid}".encode()
+    options = f"size={SCRATCH_MB}m,mode=0700".encode()
     check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options), "mount /tmp")
     for path, fd in zip(rebound, sources):
         os.makedirs(path, mode=0o755, exist_ok=True)

@@ -13,6 +13,7 @@ import math
 import os
 import pathlib
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,7 +27,8 @@ import pytest
 import sandbox
 from gate import validate_env
 from sandbox import EnvSandbox, SandboxError
-from test_sandbox import JAILED, TIMEOUT, attack, env_code, fork_server_pid, zygote_children
+from test_sandbox import JAILED, TIMEOUT, attack, env_code, fork_server_pid, need_jail, zygote_children
+from test_sandbox import jail  # noqa: F401  (the fixture JAILED uses, found by pytest in this module)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STEP_KINDS = ["str", "number", "bool", "bool", "dict"]
@@ -1008,6 +1010,7 @@ def test_home_directory_is_hidden():
 
 
 # --- found in review: each a way a trainer could crash, hang or lose a layer ---------------------
+@JAILED
 def test_the_jails_emptied_directories_and_dev_are_read_only_mounts():
     """Even a child that is root of bubblewrap's user namespace (a trainer that is not root) cannot
     leave files in /dev, /run, /var/tmp, /home or /root: those tmpfs are read-only mounts."""
@@ -1074,6 +1077,7 @@ def test_the_child_holds_no_capability_and_is_first_for_the_oom_killer():
 
 
 @ROOT_ONLY
+@JAILED
 def test_the_fork_server_holds_only_its_capabilities():
     status = pathlib.Path(f"/proc/{fork_server_pid()}/status").read_text()
     effective = int(next(l for l in status.splitlines() if l.startswith("CapEff")).split()[1], 16)
@@ -1295,3 +1299,64 @@ def test_no_environment_can_make_a_return_an_advantage_or_the_loss_non_finite():
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()
     assert zygote_children() == []
+
+
+# --- 17. a jail for a project and a virtualenv under /tmp or a closed home ---------------------
+ELSEWHERE = """
+import json, sys
+import sandbox
+code = sys.argv[1]
+print(json.dumps(sandbox.isolation()), flush=True)
+with sandbox.EnvSandbox(code, timeout_s=30) as box:
+    print(box.reset()[0], flush=True)
+"""
+LOOK_AROUND = """
+import getpass, only_in_this_project
+wrote = []
+for path in ('/var/tmp/x', '/dev/x', '/home/x'):
+    try:
+        open(path, 'w').close()
+        wrote.append(path)
+    except OSError:
+        pass
+return json.dumps([only_in_this_project.VALUE, getpass.getuser(), sorted(os.listdir('/dev')), wrote]), {}
+"""
+
+
+def project_and_venv_in(top):
+    """A copy of the sandbox package and a module of the project's own in `top`/project, and a virtualenv
+    in `top`/venv that sees this one's packages (numpy): its python, and the project."""
+    project = top / "project"
+    shutil.copytree(ROOT / "sandbox", project / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / "only_in_this_project.py").write_text("VALUE = 'the project imports'\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(top / "venv")], check=True, timeout=120)
+    site = next((top / "venv" / "lib").glob("python3*/site-packages"))
+    (site / "trainer.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    return top / "venv" / "bin" / "python", project
+
+
+@ROOT_ONLY
+@JAILED
+@pytest.mark.parametrize("where", ["tmp", "closed-home", "closed-dirs-in-tmp"])
+def test_a_project_and_virtualenv_under_tmp_or_a_closed_home_are_jailed(where, tmp_path):
+    """The project and its venv under /tmp (0755), under a 0700 home, or in pytest's 0700 directories
+    under /tmp: the jail is built (no WARNING), the child imports the project's modules and the standard
+    library's, and /var/tmp, /dev and /home stay read-only and bare."""
+    top = {"tmp": pathlib.Path(f"/tmp/spade-test-{token()}"), "closed-home": pathlib.Path(f"/home/spade-test-{token()}"),
+           "closed-dirs-in-tmp": tmp_path}[where]
+    top.mkdir(exist_ok=True)
+    top.chmod(0o755 if where == "tmp" else 0o700)
+    try:
+        python, project = project_and_venv_in(top)
+        result = subprocess.run([str(python), "-c", ELSEWHERE, env_code(reset=LOOK_AROUND)], cwd=project,
+                                capture_output=True, text=True, timeout=120, env={"PATH": os.environ["PATH"]})
+        assert result.returncode == 0, result.stderr[-3000:]
+        isolation, seen = result.stdout.splitlines()
+        assert not json.loads(isolation)["jail"].startswith("missing"), isolation
+        assert "WARNING" not in result.stderr, result.stderr[-2000:]
+        value, user, dev, wrote = json.loads(seen)
+        assert (value, user, wrote) == ("the project imports", "sandbox", [])
+        assert set(dev) <= DEV_ALLOWED, dev
+    finally:
+        if top != tmp_path:
+            shutil.rmtree(top, ignore_errors=True)
