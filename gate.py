@@ -50,6 +50,7 @@ def validate_env(code, *, timeout_s=120.0, call_timeout_s=30.0, memory_mb=1024):
     try:
         with contextlib.ExitStack() as boxes:
             def sandbox():   # a fresh confined process, started within the gate's time too
+                boxes.close()   # once the one before is gone: no live process to pass it a value
                 start_s = max(0.1, min(call_timeout_s, deadline - time.monotonic()))
                 box = boxes.enter_context(EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb))
                 return _sender(box, deadline, call_timeout_s, timeout_s)
@@ -75,8 +76,8 @@ def _sender(box, deadline, call_timeout_s, timeout_s):
 
 def checks(sandbox, code):
     """The gate's requests and its verdicts: the class name, or Rejected(stage, why). `sandbox()` gives
-    the `send(op, **request)` (EnvSandbox.request) of a fresh process. A reply of the wrong shape is
-    the stage "output"."""
+    the `send(op, **request)` (EnvSandbox.request) of a fresh process, once the one before is gone. A
+    reply of the wrong shape is the stage "output"."""
     send = sandbox()
 
     def call(stage, op, via=None, **request):
@@ -108,31 +109,44 @@ def checks(sandbox, code):
                 f"reset(seed={seed}) must return (non-empty str, dict) or a non-empty str")
         return obs
 
+    def opening(via=None, stage=None):   # 3.1 b-e: an instance, its first observation, its replies to the probes
+        env = new_instance(via)
+        replies = [reset(env, 42, stage or "reset", via)]
+        checked(stage or "tools", checked_tools, call(stage or "tools", "tools", via))   # what a play asks for after reset
+        for probe in VALIDATION_PROBES:
+            obs, reward, terminated, truncated, _, types = checked(stage or "step", checked_step,
+                                                                   call(stage or "step", "step", via, env=env, action=probe))
+            require(stage or "step", types[:1] == ["str"] and types[1:2] in (["number"], ["bool"])
+                    and types[2:] == ["bool", "bool", "dict"],
+                    lambda: f"step({probe!r}) must return (str, int|float, bool, bool, dict), got ({', '.join(types)})")
+            require(stage or "step", -10 <= reward <= 10, f"step({probe!r}) reward {reward} is outside [-10, 10]")
+            replies.append([obs, reward, terminated, truncated])
+            if terminated or truncated:
+                break
+        return env, replies
+
     loaded = call("exec", "load", code=code)
     require("class", type(loaded) is dict and type(loaded.get("class")) is str,
             "no class whose name ends in 'Env' was defined")
-    env = new_instance()
-    first = reset(env, 42, "reset")
-    checked("tools", checked_tools, call("tools", "tools"))   # what a play asks for after reset
-    for probe in VALIDATION_PROBES:
-        obs, reward, terminated, truncated, _, types = checked("step", checked_step,
-                                                               call("step", "step", env=env, action=probe))
-        require("step", types[:1] == ["str"] and types[1:2] in (["number"], ["bool"])
-                and types[2:] == ["bool", "bool", "dict"],
-                lambda: f"step({probe!r}) must return (str, int|float, bool, bool, dict), got ({', '.join(types)})")
-        require("step", -10 <= reward <= 10, f"step({probe!r}) reward {reward} is outside [-10, 10]")
-        if terminated or truncated:
-            break
+    env, replies = opening()
     reset(env, 123, "reseed")
-    other = sandbox()   # a process of its own, as each play has: nothing the first instance left is there
-    call("determinism", "load", other, code=code)
-    require("determinism", reset(new_instance(other), 42, "determinism", other) == first,
-            "reset(seed=42) of a fresh instance in a process of its own gave another first observation")
-    new_instance(other, PLAY_MAX_TURNS)
     call("close", "probe")
     if loaded.get("tool_use") is True:
         _criteria(call, require)
+    other = sandbox()   # a process of its own, as each play has: nothing the first instance left is there
+    call("determinism", "load", other, code=code)
+    again = opening(other, "determinism")[1]
+    require("determinism", again == replies, lambda: _difference(replies, again))
+    new_instance(other, PLAY_MAX_TURNS)
     return clean_text(loaded["class"])
+
+
+def _difference(first, again):
+    """What the determinism check saw differ: the first observation, or the reply to a probe."""
+    i = next(i for i in range(max(len(first), len(again))) if first[i:i + 1] != again[i:i + 1])
+    if i == 0:
+        return "reset(seed=42) of a fresh instance in a process of its own gave another first observation"
+    return f"a fresh instance in a process of its own, reset with seed 42, answered step({VALIDATION_PROBES[i - 1]!r}) otherwise"
 
 
 def _criteria(call, require):

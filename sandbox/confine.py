@@ -40,6 +40,7 @@ SCRATCH_MB = 64                    # the child's one writable place: /tmp, also 
 JAIL_TMP_MB = 256                  # the fork server's own /tmp (work directories where namespaces fail)
 UID_BASE, UID_BLOCK, UID_BLOCKS = 0x7000_0000, 1 << 16, 256   # above the usual user and container ranges
 HIDDEN = ("/home", "/root", "/tmp", "/var/tmp", "/run")       # empty in the jail (secrets, host sockets)
+CGROUPS = "/sys/fs/cgroup"                                     # empty for a child once it is in its cgroup
 CAPABILITIES = ("SYS_ADMIN", "SETUID", "SETGID", "SETPCAP", "CHOWN", "KILL")   # the fork server's only ones
 
 
@@ -241,8 +242,8 @@ def confine_child(spec):
         _private_mounts(spec["rebound"])
     if spec["cgroup"]:
         _enter_cgroup(spec["cgroup"], spec["memory_limit"])
-        if spec["namespaces"]:   # where the child owns its cgroup's files (v2 delegated to a user): frozen
-            _read_only(os.path.dirname(spec["cgroup"]))
+        if spec["namespaces"]:
+            _hide_cgroups(spec["cgroup"])
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")   # the machine's OOM killer takes a sandbox before the trainer
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
@@ -295,6 +296,18 @@ def _private_mounts(rebound):
         os.close(fd)
     check(libc.mount(b"/tmp", b"/dev/shm", None, MS_BIND, None), "mount /dev/shm")
     check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
+
+
+def _hide_cgroups(directory):
+    """Once in its memory cgroup, the child sees no cgroup file: their counters (a slot's peak and
+    page-fault counts, which outlive a child; the usage of the sandboxes beside it) would carry values
+    from one sandbox to another. A hierarchy mounted elsewhere is frozen read-only instead (where the
+    child owns its cgroup's files, v2 delegated to a user, it could otherwise raise its own limit)."""
+    if _within(directory, CGROUPS):
+        check(libc.mount(b"tmpfs", CGROUPS.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k"),
+              f"mount {CGROUPS}")
+    else:
+        _read_only(os.path.dirname(directory))
 
 
 def _read_only(path, bind=True):

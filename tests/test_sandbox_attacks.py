@@ -1360,3 +1360,76 @@ def test_a_project_and_virtualenv_under_tmp_or_a_closed_home_are_jailed(where, t
     finally:
         if top != tmp_path:
             shutil.rmtree(top, ignore_errors=True)
+
+
+# --- 18. channels from one sandbox to the next --------------------------------------------------
+# The number of a game drawn from os.urandom, published as an open-file-description lock on a
+# world-readable host file: a process alive at the same time reads it back with F_OFD_GETLK.
+LOCKED_NUMBER = """
+import fcntl, struct
+F_OFD_GETLK, F_OFD_SETLK = 36, 37
+def _lock(fd, command, kind, start, length):
+    return struct.unpack('hhqqi4x', fcntl.fcntl(fd, command, struct.pack('hhqqi4x', kind, 0, start, length, 0)))
+def _published():
+    fd = os.open('/etc/passwd', os.O_RDONLY)
+    kind, _, start, _, _ = _lock(fd, F_OFD_GETLK, fcntl.F_WRLCK, 0, 0)   # the first lock on the file, if any
+    if kind != fcntl.F_UNLCK:
+        os.close(fd)
+        return start
+    number = 1 + int.from_bytes(os.urandom(4), 'big') % 10**6
+    _lock(fd, F_OFD_SETLK, fcntl.F_RDLCK, number, 1)
+    _held.append(fd)
+    return number
+_held = []
+"""
+
+
+def test_a_lock_on_a_host_file_does_not_carry_a_number_into_the_gates_second_process():
+    """A game whose number comes from os.urandom and is published as a lock on a world-readable file
+    for the gate's second process to read back: the determinism check sees two numbers."""
+    code = env_code(top=LOCKED_NUMBER, init="self.number = _published()",
+                    reset="return f'Guess my number (1 to a million). [{self.number}]', {}")
+    result = validate_env(code, timeout_s=20)
+    assert (result.ok, result.stage) == (False, "determinism"), result
+
+
+def test_the_gate_compares_the_second_process_past_its_first_observation():
+    """Construction and the first observation are deterministic, the probes' replies are not."""
+    code = env_code(step="return f'you rolled {os.urandom(4).hex()}', 0.0, False, False, {}")
+    result = validate_env(code, timeout_s=20)
+    assert (result.ok, result.stage) == (False, "determinism"), result
+
+
+CGROUP_COUNTERS = """
+out = {}
+line = [l for l in open('/proc/self/cgroup').read().splitlines() if l.split(':')[1] == 'memory'][0]
+mine = '/sys/fs/cgroup/memory' + line.split(':', 2)[2]
+for directory in (mine, os.path.dirname(mine)):
+    for name in ('memory.max_usage_in_bytes', 'memory.memsw.max_usage_in_bytes', 'memory.usage_in_bytes'):
+        try:
+            out[os.path.join(directory, name)] = int(open(os.path.join(directory, name)).read())
+        except (OSError, ValueError):
+            pass
+return json.dumps(out), {}
+"""
+
+
+@pytest.mark.parametrize("when", ["after", "beside"])
+def test_a_child_cannot_read_another_childs_memory_use_from_the_cgroup_files(when):
+    """A touches 192 MiB; B, started after A is gone (in A's slot) or while A holds them, reads every
+    memory counter of its cgroup and of the parent: none shows A's 192 MiB."""
+    if not sandbox._Zygote.get().cgroup or not os.path.exists("/sys/fs/cgroup/memory"):
+        pytest.skip("no cgroup v1 memory controller here")
+    hold = env_code(step="self.x = bytearray(192 << 20)\nself.x[::4096] = b'y' * len(self.x[::4096])\n"
+                         "return 'holding', 0.0, False, False, {}")
+    a = EnvSandbox(hold, timeout_s=10, memory_mb=512)
+    a.reset()
+    assert a.step("hold")[0] == "holding"
+    if when == "after":
+        a.close()
+    try:
+        with EnvSandbox(env_code(reset=CGROUP_COUNTERS), timeout_s=10) as b:
+            seen = json.loads(b.reset()[0])
+    finally:
+        a.close()
+    assert all(value < 128 << 20 for value in seen.values()), seen
