@@ -30,6 +30,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
     0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 24, 38, 22
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 # A library loaded after the fork (torch's OpenMP) sizes its thread pool by these; with no threads
@@ -296,6 +297,9 @@ def _private_mounts(rebound):
         os.close(fd)
     check(libc.mount(b"/tmp", b"/dev/shm", None, MS_BIND, None), "mount /dev/shm")
     check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
+    # No devpts: /dev/ptmx then opens nothing, and a stopped child holds none of kernel.pty.max (EINVAL
+    # where /dev/pts is no mount: nothing to take away).
+    libc.umount2(b"/dev/pts", MNT_DETACH)
 
 
 def _hide_cgroups(directory):
@@ -346,17 +350,18 @@ def _enter_cgroup(directory, limit):
 # confine_child makes itself. socket() is refused outright (no host sockets, not even a pathname unix
 # socket under a read-only bind); clone3 as not implemented (glibc then uses clone, whose flags the filter
 # can read: no CLONE_NEWUSER); the rest are kernel attack surface an environment never needs (new user
-# namespaces, io_uring, which bypasses seccomp, userfaultfd, perf events, ptrace, keys) or per-user quotas
-# it would share with the trainer where it runs as its uid (inotify, fanotify).
+# namespaces, io_uring, which bypasses seccomp, userfaultfd, perf events, ptrace, keys), per-user quotas
+# it would share with the trainer where it runs as its uid (inotify, fanotify), or a machine-wide one that
+# a stopped child could hold (io_setup: fs.aio-max-nr's events, which the trainer's own AIO then lacks).
 ARCHES = {
     "x86_64": (0xC000003E, dict(capset=126, keyctl=250, socket=41, clone=56, clone3=435, ptrace=101, add_key=248,
                                 request_key=249, unshare=272, perf_event_open=298, bpf=321, userfaultfd=323,
                                 io_uring_setup=425, io_uring_enter=426, io_uring_register=427, inotify_init=253,
-                                inotify_init1=294, fanotify_init=300)),
+                                inotify_init1=294, fanotify_init=300, io_setup=206)),
     "aarch64": (0xC00000B7, dict(capset=91, keyctl=219, socket=198, clone=220, clone3=435, ptrace=117, add_key=217,
                                  request_key=218, unshare=97, perf_event_open=241, bpf=280, userfaultfd=282,
                                  io_uring_setup=425, io_uring_enter=426, io_uring_register=427, inotify_init1=26,
-                                 fanotify_init=262)),
+                                 fanotify_init=262, io_setup=0)),
 }
 ARCH = ARCHES.get(platform.machine())
 

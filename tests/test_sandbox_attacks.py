@@ -1433,3 +1433,53 @@ def test_a_child_cannot_read_another_childs_memory_use_from_the_cgroup_files(whe
     finally:
         a.close()
     assert all(value < 128 << 20 for value in seen.values()), seen
+
+
+# --- 19. machine-wide kernel quotas ----------------------------------------------------------
+QUOTAS = {
+    "aio": ("/proc/sys/fs/aio-nr", """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+self.contexts = []
+while len(self.contexts) < 4096:
+    context = ctypes.c_ulong(0)
+    if libc.syscall(206 if os.uname().machine == 'x86_64' else 0, 1024, ctypes.byref(context)) != 0:
+        break
+    self.contexts.append(context)
+return f'{len(self.contexts)} contexts', 0.0, False, False, {}"""),
+    "pty": ("/proc/sys/kernel/pty/nr", """
+self.ptys = []
+try:
+    while len(self.ptys) < 400:
+        self.ptys.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))
+except OSError:
+    pass
+return f'{len(self.ptys)} ptys', 0.0, False, False, {}"""),
+}
+
+
+def trainer_io_setup():
+    """Whether this process can still get an AIO context of 128 events (then destroyed)."""
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("syscall numbers for x86_64 and aarch64")
+    setup, destroy = (206, 207) if os.uname().machine == "x86_64" else (0, 1)
+    context = ctypes.c_ulong(0)
+    if libc.syscall(setup, 128, ctypes.byref(context)) != 0:
+        return False
+    libc.syscall(destroy, context)
+    return True
+
+
+@pytest.mark.parametrize("quota", sorted(QUOTAS))
+def test_a_stopped_sandbox_holds_no_machine_wide_kernel_quota(quota):
+    """The child takes all the AIO events (fs.aio-max-nr) or ptys it can and is stopped holding them: the
+    machine's counters have not grown, and the trainer's own io_setup still works."""
+    if quota == "pty":
+        need_jail()   # the jail's /dev is its own; the host's /dev/ptmx reaches the kernel's ptys
+    counter, grab = QUOTAS[quota]
+    before = int(pathlib.Path(counter).read_text())
+    with EnvSandbox(env_code(step=grab), timeout_s=10) as box:
+        box.reset()
+        took = box.step("grab")[0]
+        assert int(pathlib.Path(counter).read_text()) <= before + 8, f"{took}: {counter} went up"
+        assert quota != "aio" or trainer_io_setup(), f"{took}: the trainer's io_setup failed"
