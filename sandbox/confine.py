@@ -62,9 +62,12 @@ def jail(readable, writable=()):
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    # --as-pid-1: the fork server is the jail's init, so when it dies, however it dies, the kernel kills every
+    # process of the jail, the sandboxes among them (under bubblewrap's own init, a sandbox that cleared
+    # its parent-death signal lived on). Not --die-with-parent: the death of the thread that ran it.
     command = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-               "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
-               "--new-session", "--cap-drop", "ALL"]   # not --die-with-parent: the death of the thread that ran it
+               "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-net", "--unshare-uts",
+               "--new-session", "--cap-drop", "ALL"]
     for capability in CAPABILITIES:
         command += ["--cap-add", f"CAP_{capability}"]
     if os.getuid() != 0:   # bubblewrap's own user namespace gives the fork server these capabilities
@@ -349,17 +352,18 @@ def _enter_cgroup(directory, limit):
 # (AUDIT_ARCH, {name: number}) per architecture: the calls the filter refuses, and capset and keyctl, which
 # confine_child makes itself. socket() is refused outright (no host sockets, not even a pathname unix
 # socket under a read-only bind); clone3 as not implemented (glibc then uses clone, whose flags the filter
-# can read: no CLONE_NEWUSER); the rest are kernel attack surface an environment never needs (new user
-# namespaces, io_uring, which bypasses seccomp, userfaultfd, perf events, ptrace, keys), per-user quotas
-# it would share with the trainer where it runs as its uid (inotify, fanotify), or a machine-wide one that
-# a stopped child could hold (io_setup: fs.aio-max-nr's events, which the trainer's own AIO then lacks).
+# can read: no CLONE_NEWUSER); prctl only to set the parent-death signal (a child that cleared it outlived
+# its fork server); the rest are kernel attack surface an environment never needs (new user namespaces,
+# io_uring, which bypasses seccomp, userfaultfd, perf events, ptrace, keys), per-user quotas it would share
+# with the trainer where it runs as its uid (inotify, fanotify), or a machine-wide one that a stopped child
+# could hold (io_setup: fs.aio-max-nr's events, which the trainer's own AIO then lacks).
 ARCHES = {
-    "x86_64": (0xC000003E, dict(capset=126, keyctl=250, socket=41, clone=56, clone3=435, ptrace=101, add_key=248,
-                                request_key=249, unshare=272, perf_event_open=298, bpf=321, userfaultfd=323,
+    "x86_64": (0xC000003E, dict(capset=126, keyctl=250, socket=41, clone=56, clone3=435, prctl=157, ptrace=101,
+                                add_key=248, request_key=249, unshare=272, perf_event_open=298, bpf=321, userfaultfd=323,
                                 io_uring_setup=425, io_uring_enter=426, io_uring_register=427, inotify_init=253,
                                 inotify_init1=294, fanotify_init=300, io_setup=206)),
-    "aarch64": (0xC00000B7, dict(capset=91, keyctl=219, socket=198, clone=220, clone3=435, ptrace=117, add_key=217,
-                                 request_key=218, unshare=97, perf_event_open=241, bpf=280, userfaultfd=282,
+    "aarch64": (0xC00000B7, dict(capset=91, keyctl=219, socket=198, clone=220, clone3=435, prctl=167, ptrace=117,
+                                 add_key=217, request_key=218, unshare=97, perf_event_open=241, bpf=280, userfaultfd=282,
                                  io_uring_setup=425, io_uring_enter=426, io_uring_register=427, inotify_init1=26,
                                  fanotify_init=262, io_setup=0)),
 }
@@ -368,8 +372,8 @@ ARCH = ARCHES.get(platform.machine())
 
 def install_seccomp():
     """Refuse the deny list with EPERM (EACCES for socket, ENOSYS for clone3, EPERM for a clone with
-    CLONE_NEWUSER), and every call of a foreign ABI (32-bit int 0x80 on x86_64, x32), for this
-    process and everything it execs."""
+    CLONE_NEWUSER and for prctl(PR_SET_PDEATHSIG)), and every call of a foreign ABI (32-bit int 0x80 on
+    x86_64, x32), for this process and everything it execs."""
     arch, numbers = ARCH
     LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
     ALLOW, EPERM, EACCES, ENOSYS = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 13, 0x00050000 | 38
@@ -378,10 +382,12 @@ def install_seccomp():
                (JEQ, 0, 1, numbers["socket"]), (RET, 0, 0, EACCES),
                (JEQ, 0, 1, numbers["clone3"]), (RET, 0, 0, ENOSYS)]
     for name, number in numbers.items():
-        if name not in ("capset", "socket", "clone", "clone3"):   # capset may only drop: allowed
+        if name not in ("capset", "socket", "clone", "clone3", "prctl"):   # capset may only drop: allowed
             program += [(JEQ, 0, 1, number), (RET, 0, 0, EPERM)]
-    program += [(JEQ, 0, 3, numbers["clone"]), (LD, 0, 0, 16),            # clone: its flags (args[0], low half)
-                (JSET, 0, 1, CLONE_NEWUSER), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)]
+    program += [(JEQ, 0, 4, numbers["clone"]), (LD, 0, 0, 16),            # clone: its flags (args[0], low half)
+                (JSET, 0, 1, CLONE_NEWUSER), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW),
+                (JEQ, 0, 3, numbers["prctl"]), (LD, 0, 0, 16),            # prctl: its option (args[0])
+                (JEQ, 0, 1, PR_SET_PDEATHSIG), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)]
     filters = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
     buffer = ctypes.create_string_buffer(filters)
     fprog = struct.pack("HxxxxxxQ", len(program), ctypes.addressof(buffer))

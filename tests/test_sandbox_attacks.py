@@ -27,7 +27,8 @@ import pytest
 import sandbox
 from gate import validate_env
 from sandbox import EnvSandbox, SandboxError
-from test_sandbox import JAILED, TIMEOUT, attack, env_code, fork_server_pid, need_jail, zygote_children
+from test_sandbox import (JAILED, TIMEOUT, _processes as processes, attack, env_code, fork_server_pid, need_jail,
+                          zygote_children)
 from test_sandbox import jail  # noqa: F401  (the fixture JAILED uses, found by pytest in this module)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -1483,3 +1484,57 @@ def test_a_stopped_sandbox_holds_no_machine_wide_kernel_quota(quota):
         took = box.step("grab")[0]
         assert int(pathlib.Path(counter).read_text()) <= before + 8, f"{took}: {counter} went up"
         assert quota != "aio" or trainer_io_setup(), f"{took}: the trainer's io_setup failed"
+
+
+# --- 20. nothing outlives the trainer -------------------------------------------------------------
+IMMORTAL = env_code(reset="import ctypes\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\nreturn 'cleared', {}")
+DOOMED_TRAINER = """
+import json, sys
+import sandbox
+box = sandbox.EnvSandbox(sys.argv[1], timeout_s=10)
+print(json.dumps([box.reset()[0], box.pid]), flush=True)
+sys.stdin.read()
+"""
+
+
+def descendants(pid):
+    """Every live process below `pid`."""
+    table = {p: parent for p, (parent, _) in processes().items()}
+    below, grew = set(), True
+    while grew:
+        new = {p for p, parent in table.items() if (parent == pid or parent in below) and p not in below}
+        below |= new
+        grew = bool(new)
+    return below
+
+
+@pytest.mark.parametrize("killed", ["trainer", "trainer and fork server"])
+def test_nothing_a_sandbox_started_outlives_a_killed_trainer(killed):
+    """The child clears its parent-death signal; then the trainer is SIGKILLed (with its fork server,
+    as a machine's OOM killer or a kill of the whole tree does it): within 5 s nothing that the trainer
+    started (bubblewrap, the fork server, the sandbox) is left."""
+    trainer = subprocess.Popen([sys.executable, "-c", DOOMED_TRAINER, IMMORTAL], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    started = set()
+    try:
+        said, child = json.loads(read_line(trainer))
+        started = descendants(trainer.pid)
+        assert said == "cleared" and child in started, (said, child, started)
+        server = processes()[child][0]
+        trainer.kill()
+        if killed != "trainer":
+            os.kill(server, 9)
+        trainer.wait()
+        assert settles(lambda: not started & set(processes()), within=5), \
+            f"still running: {sorted(started & set(processes()))} (the sandbox: {child})"
+    finally:
+        trainer.kill()
+        for pid in started & set(processes()):   # what a failure left behind
+            _ignore(os.kill, pid, 9)
+
+
+def _ignore(function, *args):
+    try:
+        function(*args)
+    except OSError:
+        pass
