@@ -54,11 +54,11 @@ def check(result, what):
 # ---------------------------------------------------------------------------------------------
 # In the trainer: the fork server's jail, its uids and its memory cgroup.
 # ---------------------------------------------------------------------------------------------
-def jail(readable, writable=()):
+def jail(readable, writable=(), private=()):
     """The bubblewrap command to put before the fork server's (it ends in "--") and its description,
     or (None, why not). `readable` are the paths the fork server needs (interpreter, packages,
-    project); `writable` its cgroup directory. The emptied directories and /dev are read-only
-    tmpfs: nothing a child writes there outlives it."""
+    project); `writable` its cgroup directory; `private` directories to empty (runs' state). The
+    emptied directories and /dev are read-only tmpfs: nothing a child writes there outlives it."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
@@ -83,7 +83,10 @@ def jail(readable, writable=()):
             command += ["--ro-bind", path, path]
     for path in writable:
         command += ["--bind", path, path]
-    for path in [p for p in hidden if p != "/tmp"] + ["/dev"]:
+    private = sorted({os.path.realpath(p) for p in private if os.path.isdir(p)} - {"/"})
+    for path in private:
+        command += ["--size", "4096", "--tmpfs", path]
+    for path in [p for p in hidden if p != "/tmp"] + private + ["/dev"]:
         command += ["--remount-ro", path]
     return command + ["--"], f"bubblewrap {_bwrap_version(bwrap)}"
 

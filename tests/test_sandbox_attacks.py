@@ -1538,3 +1538,63 @@ def _ignore(function, *args):
         function(*args)
     except OSError:
         pass
+
+
+# --- 21. the run's state -----------------------------------------------------------------------
+READ_RUN = """
+seen = []
+for path in {paths!r}:
+    try:
+        seen.append(open(path).read() if not os.path.isdir(path) else ' '.join(os.listdir(path)))
+    except OSError as e:
+        seen.append(type(e).__name__)
+return json.dumps(seen), {{}}
+"""
+
+
+def write_run(run_dir):
+    """What a run leaves in its directory, written as checkpoint.py and report.py write it: the paths."""
+    secret = f"run-state-{token()}"
+    (run_dir / "ckpt-00001").mkdir()
+    (run_dir / "ckpt-00001" / "env_memory.json").write_text(json.dumps([secret]))
+    (run_dir / "latest").write_text(json.dumps({"checkpoint": "ckpt-00001", "step": 1, "secret": secret}))
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "secret": secret}) + "\n")
+    return secret, [str(run_dir), str(run_dir / "latest"), str(run_dir / "metrics.jsonl"),
+                    str(run_dir / "ckpt-00001" / "env_memory.json")]
+
+
+@ROOT_ONLY
+def test_a_run_directory_made_by_the_trainer_is_not_readable_from_a_sandbox():
+    """A run directory anywhere (--out), claimed as spade.py claims it: a sandbox reads nothing in it."""
+    from infra import checkpoint
+    run_dir, held = ROOT / f"run-test-{token()}" / "run", len(checkpoint._LOCKS)
+    try:
+        checkpoint.claim(run_dir, resuming=False)
+        secret, paths = write_run(run_dir)
+        with EnvSandbox(env_code(reset=READ_RUN.format(paths=paths)), timeout_s=5) as box:
+            seen = box.reset()[0]
+        assert secret not in seen and "ckpt-00001" not in seen, seen
+    finally:
+        while len(checkpoint._LOCKS) > held:   # claim's lock, held for the process's life in a run
+            checkpoint._LOCKS.pop().close()
+        shutil.rmtree(run_dir.parent, ignore_errors=True)
+
+
+@JAILED
+def test_the_default_run_directory_is_hidden_from_a_sandbox():
+    """out/ in the project (the default --out), here with a run directory and files any user may read,
+    as a copied or older run has them: a trainer started in the project shows its sandboxes none of it."""
+    out = ROOT / "out"
+    made = not out.exists()
+    run_dir = out / f"run-test-{token()}"
+    try:
+        run_dir.mkdir(parents=True)
+        run_dir.chmod(0o755)
+        secret, paths = write_run(run_dir)
+        result = subprocess.run([sys.executable, "-c", ELSEWHERE, env_code(reset=READ_RUN.format(paths=paths))],
+                                cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        seen = result.stdout.splitlines()[1]
+        assert secret not in seen and run_dir.name not in seen, seen
+    finally:
+        shutil.rmtree(out if made else run_dir, ignore_errors=True)
