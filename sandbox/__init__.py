@@ -18,21 +18,31 @@ the ~200 ms of a new one (bench/sandbox_bench.py).
 
 What each child gets (protected against):
 - time: a deadline per call, enforced by the parent on what it sends as well as on the reply; past
-  it the child is SIGKILLed, and as pid 1 of its own PID namespace it takes everything with it.
-  Between calls the child is stopped (SIGSTOP), so it computes nothing while no call is in flight.
+  it the child is SIGKILLed, and as pid 1 of its own PID namespace it takes everything with it. Every
+  read of its socket is non-blocking under that deadline, and an urgent (MSG_OOB) byte is read as any
+  other, so nothing the child writes, or leaves unwritten, holds a call past it. Between calls the
+  child is stopped (SIGSTOP), so it computes nothing while no call is in flight.
 - memory: RLIMIT_AS (the fork server's mappings + memory_mb) gives a MemoryError; a memory cgroup of
   its own (v1 here; v2 where the memory controller is delegated) also counts what RLIMIT_AS misses
   (memfd, SysV shared memory and queues, its tmpfs) and kills it past the limit ("memory"); its
-  oom_score_adj is 1000, so the machine's OOM killer takes sandboxes before the trainer.
+  oom_score_adj is 1000, so the machine's OOM killer takes sandboxes before the trainer. It sees no
+  cgroup file (/sys/fs/cgroup is empty for it): a slot's peak and fault counters, which outlive a
+  child, and the usage of the sandboxes beside it carry nothing from one to another.
 - processes: RLIMIT_NPROC 0 (no fork, subprocess, os.system or threads, for any child that is not
   real root) and seccomp's refusal of clone3 and of user-namespace clones; a PID namespace of its own,
   so it sees and can signal no other process: not the trainer, the fork server or another sandbox.
+- machine-wide kernel quotas: no AIO context (io_setup refused: fs.aio-max-nr is the machine's, and the
+  trainer's own AIO would lack it) and no pty (no devpts: kernel.pty.max), not even while stopped.
 - files: a read-only view of the host in which /home, /root, /run, /tmp and /var/tmp are empty,
   read-only tmpfs, but for the interpreter's, the project's and the trainer's sys.path directories
-  (read-only, so imports work as in the trainer; never one of those five whole); one writable place,
-  a private 64 MiB tmpfs on /tmp (also /dev/shm, its cwd and HOME) that vanishes with it; RLIMIT_FSIZE 64 MiB, RLIMIT_NOFILE 256 (16 MiB and 64 without a memory cgroup, which bounds memfds);
-  a read-only /dev of null, zero, full, random, urandom, tty, ptmx and pts, shm and the fd links:
-  no /dev/nvidia*, no /dev/dri, so no GPU memory beside the trainer's.
+  (read-only, so imports work as in the trainer, also from a project or venv under /tmp or a 0700
+  home; never one of those five whole); the default run directories (out/ in the project and where
+  the trainer started, if there when the fork server starts) are empty too, and a run directory is
+  0700 (infra/checkpoint.claim), which a child with a uid of its own cannot enter; one writable
+  place, a private 64 MiB tmpfs on /tmp (also /dev/shm, its cwd and HOME) that vanishes with it;
+  RLIMIT_FSIZE 64 MiB, RLIMIT_NOFILE 256 (16 MiB and 64 without a memory cgroup, which bounds
+  memfds); a read-only /dev of null, zero, full, random, urandom, tty, shm and the fd links (ptmx
+  leads nowhere): no /dev/nvidia*, no /dev/dri, so no GPU memory beside the trainer's.
 - network and IPC: network, IPC and UTS namespaces of its own (no interfaces; SysV objects and POSIX
   queues die with it), and socket() refused by a seccomp filter, so not even a unix socket on the
   host can be reached.
@@ -42,22 +52,35 @@ What each child gets (protected against):
   TMPDIR, USER and LOGNAME ("sandbox") and one thread for OpenMP and BLAS, stdio on /dev/null.
 - what comes back: the parent reads at most one capped frame per call, as strict JSON (no NaN, no
   trailing data), checks the request id, that nothing arrived between calls and every type (a str
-  observation with lone surrogates replaced, a finite float reward, bool flags, a flat JSON info,
-  tool schemas at most 32 deep). Any of it wrong is SandboxError("output").
-- the fork server survives whatever a child leaves behind (its files go with its mount namespace),
-  its children die with it (PR_SET_PDEATHSIG), and it exits when the trainer's socket closes; one
-  that stops answering for 30 s is killed and started again.
+  observation with lone surrogates replaced, a finite float reward, where an exact integer too large
+  for a float is refused too, bool flags, a flat JSON info, tool schemas at most 32 deep). Any of it
+  wrong is SandboxError("output"), never another exception. A play's step() clips the reward to the
+  gate's range, REWARD_RANGE: the gate probes three actions, a play may meet any reward.
+- the gate's two processes (gate.py) never live at the same time, so the first cannot hand the
+  second a value (a lock on a readable host file, say) that its determinism check then compares.
+- the fork server survives whatever a child leaves behind (its files go with its mount namespace);
+  its children die with it, however it dies: it is the jail's pid 1, and a child's PR_SET_PDEATHSIG
+  cannot be cleared (seccomp); it exits when the trainer's socket closes, so nothing a sandbox started
+  outlives a trainer that is SIGKILLed; one that stops answering for 30 s is killed and started again.
 
 What it does NOT protect against: kernel exploits (the seccomp filter is a short deny list, not an
 allow list; gVisor is the tool for that); reading world-readable files of the host outside the
-emptied directories (/etc, /usr, this project's code, ...); CPU side channels; using a CPU fully
-for up to the deadline of each call; an environment that replaces the child's request loop with its
-own (it is the same process) and answers every request itself: the gate can only judge what it
-answers, and its plays then go as it answers, type-checked like any other. Where a layer is not
-available on a machine (no bubblewrap, no CAP_SYS_ADMIN, no memory cgroup, not root, another CPU
-architecture), `isolation()` says which, a WARNING says so once at start, and the others still hold;
-where the jail, the namespaces and a uid of its own are all missing, the sandbox refuses to start
-(environment code would run as the trainer's user, beside it), unless SPADE_UNSAFE_SANDBOX=1.
+emptied directories (/etc, /usr, this project's code, ...); CPU side channels, and other channels
+through what sandboxes share on the machine: the page cache (which pages of a host file another one
+read, told by timing), CPU load, /proc/meminfo, and locks on readable host files between sandboxes
+alive at the same time (a game's plays run side by side; the gate's two processes never do); using
+a CPU fully for up to the deadline of each call; kernel quotas other than AIO and ptys beyond what the
+child's rlimits, memory cgroup and uid bound; a run directory given with --out outside out/ where the
+uid layer is missing (its 0700 does not stop the trainer's own uid); an environment that replaces the
+child's request loop with its own (it is the same process) and answers every request itself: the
+gate can only judge what it answers, and its plays then go as it answers, type-checked like any
+other. Where a layer is not available on a machine (no bubblewrap, no CAP_SYS_ADMIN, no memory
+cgroup, not root, another CPU architecture), `isolation()` says which, a WARNING says so once at
+start, `summary()` gives the run's header the same line, and the others still hold; without the jail,
+the child also sees the host's /dev (its ptys among it) and, where the interpreter lives in a closed
+home, cannot import what the fork server did not; where the jail, the namespaces and a uid of its own
+are all missing, the sandbox refuses to start (environment code would run as the trainer's user,
+beside it), unless SPADE_UNSAFE_SANDBOX=1.
 
 Every failure raises SandboxError with .kind in {"load", "contract", "timeout", "memory",
 "crash", "output"}; after it the child is dead and reaped and .alive is False. The agent ends the

@@ -6,11 +6,13 @@ Two stages (what they protect against, and what they do not, is sandbox.py's mod
   of the host (`--ro-bind / /`), a minimal read-only /dev (no /dev/nvidia*, /dev/dri), empty
   read-only /var/tmp, /run, /home and /root and an empty /tmp, except for the interpreter's, the
   project's and the trainer's sys.path directories, bound back read-only at their own paths so that
-  imports work as in the trainer; its own PID, IPC, UTS and network namespaces; six capabilities
-  (CAPABILITIES) and no others. `claim_uids()` and `memory_cgroup()` also run here.
+  imports work as in the trainer; the default run directories emptied; its own PID namespace, whose
+  init the fork server is, and IPC, UTS and network namespaces; six capabilities (CAPABILITIES) and
+  no others. `claim_uids()` and `memory_cgroup()` also run here.
 - In the fork server (forkserver.py), every child calls `confine_child(...)` first, as root (or as
   root of the jail's user namespace), before it reads a byte of environment code. The fork server
-  has already put it in a PID namespace of its own, where it is pid 1 and sees no other process.
+  has already put it in a PID namespace of its own, where it is pid 1 and sees no other process. It
+  gets a private /tmp, no devpts and, once in its memory cgroup, no cgroup files.
 
 Linux only (unshare, mount, prctl and seccomp through libc). Where a layer is not available here (no
 bubblewrap, no CAP_SYS_ADMIN, no writable memory cgroup, an unknown CPU architecture), the others still
