@@ -26,8 +26,9 @@ What each child gets (protected against):
   its own (v1 here; v2 where the memory controller is delegated) also counts what RLIMIT_AS misses
   (memfd, SysV shared memory and queues, its tmpfs) and kills it past the limit ("memory"); its
   oom_score_adj is 1000, so the machine's OOM killer takes sandboxes before the trainer. It sees no
-  cgroup file (/sys/fs/cgroup is empty for it): a slot's peak and fault counters, which outlive a
-  child, and the usage of the sandboxes beside it carry nothing from one to another.
+  cgroup file, with a memory cgroup or without (/sys/fs/cgroup is empty for it): a slot's peak and
+  fault counters, which outlive a child, and the usage of the sandboxes beside it carry nothing from
+  one to another.
 - processes: RLIMIT_NPROC 0 (no fork, subprocess, os.system or threads, for any child that is not
   real root) and seccomp's refusal of clone3 and of user-namespace clones; a PID namespace of its own,
   so it sees and can signal no other process: not the trainer, the fork server or another sandbox.

@@ -251,8 +251,8 @@ def confine_child(spec):
         _private_mounts(spec["rebound"])
     if spec["cgroup"]:
         _enter_cgroup(spec["cgroup"], spec["memory_limit"])
-        if spec["namespaces"]:
-            _hide_cgroups(spec["cgroup"])
+    if spec["namespaces"]:
+        _hide_cgroups(spec["cgroup"])
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")   # the machine's OOM killer takes a sandbox before the trainer
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
@@ -311,15 +311,16 @@ def _private_mounts(rebound):
 
 
 def _hide_cgroups(directory):
-    """Once in its memory cgroup, the child sees no cgroup file: their counters (a slot's peak and
-    page-fault counts, which outlive a child; the usage of the sandboxes beside it) would carry values
-    from one sandbox to another. A hierarchy mounted elsewhere is frozen read-only instead (where the
-    child owns its cgroup's files, v2 delegated to a user, it could otherwise raise its own limit)."""
-    if _within(directory, CGROUPS):
+    """Once in its memory cgroup `directory` (or with none), the child sees no cgroup file: their
+    counters (a slot's peak and page-fault counts, which outlive a child; the usage of the sandboxes
+    beside it, or of the trainer's cgroup that they all share) would carry values from one sandbox to
+    another. A hierarchy mounted elsewhere is frozen read-only instead (where the child owns its
+    cgroup's files, v2 delegated to a user, it could otherwise raise its own limit)."""
+    if directory and not _within(directory, CGROUPS):
+        _read_only(os.path.dirname(directory))
+    elif os.path.isdir(CGROUPS):
         check(libc.mount(b"tmpfs", CGROUPS.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k"),
               f"mount {CGROUPS}")
-    else:
-        _read_only(os.path.dirname(directory))
 
 
 def _read_only(path, bind=True):
