@@ -5,7 +5,7 @@
 Extraction and brace repair (contract.py, in the trainer, linear in the text), a syntax check, then
 METHOD 3.1 step 2 (a-f and the unboxed probes with close()) and step 3 (the criteria of tool-use
 environments) in one sandbox, plus a determinism check and a play's construction in a second one (a
-fresh process, as each play has); 30 s a request, 120 s in all. A sandbox's child only answers ordinary
+fresh process, as each play has, started once the first is gone); 30 s a request, 120 s in all. A sandbox's child only answers ordinary
 requests (load, construct, reset, step, ...); every verdict is decided here, from replies that
 sandbox/ has already type-checked, so code that forges its replies can only pass by answering like a
 working environment, which it then has to do in its plays as well. Where the gate is stricter than
@@ -15,7 +15,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from sandbox.contract import (PLAY_MAX_TURNS, VALIDATION_PROBES, ReplyError, checked_reset, checked_step, checked_tools,
+from sandbox.contract import (PLAY_MAX_TURNS, REWARD_RANGE, VALIDATION_PROBES, ReplyError, checked_reset, checked_step, checked_tools,
                       clean_text, extract_code, parse, repair_braces)
 from sandbox import EnvSandbox, SandboxError
 
@@ -51,6 +51,7 @@ def validate_env(code, *, max_turns=PLAY_MAX_TURNS, timeout_s=120.0, call_timeou
     try:
         with contextlib.ExitStack() as boxes:
             def sandbox():   # a fresh confined process, started within the gate's time too
+                boxes.close()   # once the one before is gone: no live process to pass it a value
                 start_s = max(0.1, min(call_timeout_s, deadline - time.monotonic()))
                 box = boxes.enter_context(EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb))
                 return _sender(box, deadline, call_timeout_s, timeout_s)
@@ -76,72 +77,93 @@ def _sender(box, deadline, call_timeout_s, timeout_s):
 
 def checks(sandbox, code, max_turns):
     """The gate's requests and its verdicts: the class name, or Rejected(stage, why). `sandbox()` gives
-    the `send(op, **request)` (EnvSandbox.request) of a fresh process. A reply of the wrong shape is
-    the stage "output"."""
+    the `send(op, **request)` (EnvSandbox.request) of a fresh process, once the one before is gone. A
+    reply of the wrong shape is the stage "output"."""
     send = sandbox()
-
-    def call(stage, op, via=None, **request):
-        try:
-            return (via or send)(op, **request)
-        except SandboxError as e:
-            raise Rejected(stage if e.kind in ("load", "contract") else e.kind, e.message)
-
-    def require(stage, ok, message):
-        if not ok:
-            raise Rejected(stage, message() if callable(message) else message)
-
-    def checked(stage, check, value):
-        try:
-            return check(value)
-        except ReplyError as e:
-            raise Rejected("output", f"{stage}: {e}")
-
-    def new_instance(via=None, max_turns=None):   # as the gate constructs (3.1 b), or as a play does
-        value = call("construct", "construct", via, max_turns=max_turns)
-        require("output", type(value) is list and len(value) == 2 and type(value[0]) is int
-                and type(value[1]) is list and all(type(m) is str for m in value[1]), "construct: a malformed reply")
-        require("interface", not value[1], lambda: f"the environment has no {value[1][0]}() method")
-        return value[0]
-
-    def reset(env, seed, stage, via=None):
-        obs, _, types = checked(stage, checked_reset, call(stage, "reset", via, env=env, seed=seed))
-        require(stage, types in (["str"], ["str", "dict"]) and obs.strip(),
-                f"reset(seed={seed}) must return (non-empty str, dict) or a non-empty str")
-        return obs
-
-    loaded = call("exec", "load", code=code)
-    require("class", type(loaded) is dict and type(loaded.get("class")) is str,
-            "no class whose name ends in 'Env' was defined")
-    env = new_instance()
-    first = reset(env, 42, "reset")
-    checked("tools", checked_tools, call("tools", "tools"))   # what a play asks for after reset
-    for probe in VALIDATION_PROBES:
-        obs, reward, terminated, truncated, _, types = checked("step", checked_step,
-                                                               call("step", "step", env=env, action=probe))
-        require("step", types[:1] == ["str"] and types[1:2] in (["number"], ["bool"])
-                and types[2:] == ["bool", "bool", "dict"],
-                lambda: f"step({probe!r}) must return (str, int|float, bool, bool, dict), got ({', '.join(types)})")
-        require("step", -10 <= reward <= 10, f"step({probe!r}) reward {reward} is outside [-10, 10]")
-        if terminated or truncated:
-            break
-    reset(env, 123, "reseed")
-    other = sandbox()   # a process of its own, as each play has: nothing the first instance left is there
-    call("determinism", "load", other, code=code)
-    require("determinism", reset(new_instance(other), 42, "determinism", other) == first,
-            "reset(seed=42) of a fresh instance in a process of its own gave another first observation")
-    new_instance(other, max_turns)
-    call("close", "probe")
+    loaded = _call(send, "exec", "load", code=code)
+    _require("class", type(loaded) is dict and type(loaded.get("class")) is str,
+             "no class whose name ends in 'Env' was defined")
+    env, replies = _opening(send)
+    _reset(send, env, 123, "reseed")
+    _call(send, "close", "probe")
     if loaded.get("tool_use") is True:
-        _criteria(call, require)
+        _criteria(send)
+    other = sandbox()   # a process of its own, as each play has: nothing the first instance left is there
+    _call(other, "determinism", "load", code=code)
+    again = _opening(other, "determinism")[1]
+    _require("determinism", again == replies, lambda: _difference(replies, again))
+    _new_instance(other, max_turns)   # as a play constructs it, with the run's turn cap
     return clean_text(loaded["class"])
 
 
-def _criteria(call, require):
+def _call(send, stage, op, **request):
+    try:
+        return send(op, **request)
+    except SandboxError as e:
+        raise Rejected(stage if e.kind in ("load", "contract") else e.kind, e.message)
+
+
+def _require(stage, ok, message):
+    if not ok:
+        raise Rejected(stage, message() if callable(message) else message)
+
+
+def _checked(stage, check, value):
+    try:
+        return check(value)
+    except ReplyError as e:
+        raise Rejected("output", f"{stage}: {e}")
+
+
+def _new_instance(send, max_turns=None):
+    """An instance as the gate constructs it (3.1 b), or as a play does (`max_turns`): its index."""
+    value = _call(send, "construct", "construct", max_turns=max_turns)
+    _require("output", type(value) is list and len(value) == 2 and type(value[0]) is int
+             and type(value[1]) is list and all(type(m) is str for m in value[1]), "construct: a malformed reply")
+    _require("interface", not value[1], lambda: f"the environment has no {value[1][0]}() method")
+    return value[0]
+
+
+def _reset(send, env, seed, stage):
+    obs, _, types = _checked(stage, checked_reset, _call(send, stage, "reset", env=env, seed=seed))
+    _require(stage, types in (["str"], ["str", "dict"]) and obs.strip(),
+             f"reset(seed={seed}) must return (non-empty str, dict) or a non-empty str")
+    return obs
+
+
+def _opening(send, stage=None):
+    """3.1 b-e: an instance, and its first observation and replies to the probes."""
+    env = _new_instance(send)
+    replies = [_reset(send, env, 42, stage or "reset")]
+    _checked(stage or "tools", checked_tools, _call(send, stage or "tools", "tools"))   # what a play asks after reset
+    for probe in VALIDATION_PROBES:
+        obs, reward, terminated, truncated, _, types = _checked(stage or "step", checked_step,
+                                                                _call(send, stage or "step", "step", env=env, action=probe))
+        _require(stage or "step", types[:1] == ["str"] and types[1:2] in (["number"], ["bool"])
+                 and types[2:] == ["bool", "bool", "dict"],
+                 lambda: f"step({probe!r}) must return (str, int|float, bool, bool, dict), got ({', '.join(types)})")
+        low, high = REWARD_RANGE
+        _require(stage or "step", low <= reward <= high, f"step({probe!r}) reward {reward} is outside [{low:g}, {high:g}]")
+        replies.append([obs, reward, terminated, truncated])
+        if terminated or truncated:
+            break
+    return env, replies
+
+
+def _difference(first, again):
+    """What the determinism check saw differ: the first observation, or the reply to a probe."""
+    i = next(i for i in range(max(len(first), len(again))) if first[i:i + 1] != again[i:i + 1])
+    if i == 0:
+        return "reset(seed=42) of a fresh instance in a process of its own gave another first observation"
+    return f"a fresh instance in a process of its own, reset with seed 42, answered step({VALIDATION_PROBES[i - 1]!r}) otherwise"
+
+
+def _criteria(send):
     """METHOD 3.1 step 3: some success criterion of a tool-use environment evaluates on its initial state."""
-    results = [call("criteria", "criteria", seed=seed) for seed in (0, 1, 2)]
-    require("output", all(type(r) is dict and type(r.get("evaluable")) is bool
-                          and type(r.get("error")) in (str, type(None)) for r in results), "criteria: a malformed reply")
+    results = [_call(send, "criteria", "criteria", seed=seed) for seed in (0, 1, 2)]
+    _require("output", all(type(r) is dict and type(r.get("evaluable")) is bool
+                           and type(r.get("error")) in (str, type(None)) for r in results), "criteria: a malformed reply")
     raising = [clean_text(r["error"]) for r in results if r["evaluable"] and r["error"] is not None]
     evaluable = sum(r["evaluable"] for r in results)
-    require("criteria", not evaluable or len(raising) < evaluable,
-            lambda: "a success criterion raises on the initial state at every seed: " + "; ".join(raising))
+    _require("criteria", not evaluable or len(raising) < evaluable,
+             lambda: "a success criterion raises on the initial state at every seed: " + "; ".join(raising))

@@ -89,7 +89,7 @@ def play(method, code, steps, action):
     """(seconds to the first observation, [seconds per step])."""
     start = time.perf_counter()
     runner = method()
-    runner.call("load", code=code, max_turns=25)
+    runner.call("load", code=code, max_turns=contract.PLAY_MAX_TURNS)
     runner.call("reset", seed=0)
     first = time.perf_counter() - start
     step_times = []
@@ -105,12 +105,13 @@ def validate(method, code):
     """Seconds for the whole gate (gate.checks) through this method's calls."""
     start, runners = time.perf_counter(), []
 
-    def sandbox():   # the gate's two processes, as this method makes them
+    def sandbox():   # the gate's two processes, as this method makes them: the first gone before the second
+        if runners:
+            runners[-1].close()
         runners.append(method())
         return runners[-1].call
-    gate.checks(sandbox, code)
-    for runner in reversed(runners):   # last first: each InProcess puts back the modules it found
-        getattr(runner, "close", lambda: None)()
+    gate.checks(sandbox, code, contract.PLAY_MAX_TURNS)
+    runners[-1].close()
     return time.perf_counter() - start
 
 

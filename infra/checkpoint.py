@@ -27,6 +27,7 @@ def claim(run_dir, resuming):
     never share a run, and a fresh run never writes over the checkpoints and metrics of another."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.chmod(0o700)   # the run's state is the trainer's: a sandbox (a uid of its own) reads none of it
         lock = open(run_dir / ".lock", "a")
     except OSError as e:
         raise SystemExit(f"spade.py: cannot use {run_dir} as the run's directory: {e.strerror or e}")

@@ -69,7 +69,7 @@ def set_up(cfg, setting):
     # loads: a bad file is then an error in seconds, not after minutes.
     try:
         if not cfg.rlve:
-            log.print("sandbox: " + ", ".join(k for k, v in sandbox.isolation().items() if not v.startswith("missing")))
+            log.print("sandbox: " + sandbox.summary())
         fixed_pool = load_pool(cfg.pool, max_turns=cfg.max_turns) if cfg.pool else None
         words = cfg.fixed.corpus_max_words
         corpus = None if cfg.corpus == "none" or cfg.pool or cfg.rlve else (

@@ -18,21 +18,32 @@ the ~200 ms of a new one (bench/sandbox_bench.py).
 
 What each child gets (protected against):
 - time: a deadline per call, enforced by the parent on what it sends as well as on the reply; past
-  it the child is SIGKILLed, and as pid 1 of its own PID namespace it takes everything with it.
-  Between calls the child is stopped (SIGSTOP), so it computes nothing while no call is in flight.
+  it the child is SIGKILLed, and as pid 1 of its own PID namespace it takes everything with it. Every
+  read of its socket is non-blocking under that deadline, and an urgent (MSG_OOB) byte is read as any
+  other, so nothing the child writes, or leaves unwritten, holds a call past it. Between calls the
+  child is stopped (SIGSTOP), so it computes nothing while no call is in flight.
 - memory: RLIMIT_AS (the fork server's mappings + memory_mb) gives a MemoryError; a memory cgroup of
   its own (v1 here; v2 where the memory controller is delegated) also counts what RLIMIT_AS misses
   (memfd, SysV shared memory and queues, its tmpfs) and kills it past the limit ("memory"); its
-  oom_score_adj is 1000, so the machine's OOM killer takes sandboxes before the trainer.
+  oom_score_adj is 1000, so the machine's OOM killer takes sandboxes before the trainer. It sees no
+  cgroup file, with a memory cgroup or without (/sys/fs/cgroup is empty for it): a slot's peak and
+  fault counters, which outlive a child, and the usage of the sandboxes beside it carry nothing from
+  one to another.
 - processes: RLIMIT_NPROC 0 (no fork, subprocess, os.system or threads, for any child that is not
   real root) and seccomp's refusal of clone3 and of user-namespace clones; a PID namespace of its own,
   so it sees and can signal no other process: not the trainer, the fork server or another sandbox.
+- machine-wide kernel quotas: no AIO context (io_setup refused: fs.aio-max-nr is the machine's, and the
+  trainer's own AIO would lack it) and no pty (no devpts: kernel.pty.max), not even while stopped.
 - files: a read-only view of the host in which /home, /root, /run, /tmp and /var/tmp are empty,
   read-only tmpfs, but for the interpreter's, the project's and the trainer's sys.path directories
-  (read-only, so imports work as in the trainer; never one of those five whole); one writable place,
-  a private 64 MiB tmpfs on /tmp (also /dev/shm, its cwd and HOME) that vanishes with it; RLIMIT_FSIZE 64 MiB, RLIMIT_NOFILE 256 (16 MiB and 64 without a memory cgroup, which bounds memfds);
-  a read-only /dev of null, zero, full, random, urandom, tty, ptmx and pts, shm and the fd links:
-  no /dev/nvidia*, no /dev/dri, so no GPU memory beside the trainer's.
+  (read-only, so imports work as in the trainer, also from a project or venv under /tmp or a 0700
+  home; never one of those five whole); the default run directories (out/ in the project and where
+  the trainer started, if there when the fork server starts) are empty too, and a run directory is
+  0700 (infra/checkpoint.claim), which a child with a uid of its own cannot enter; one writable
+  place, a private 64 MiB tmpfs on /tmp (also /dev/shm, its cwd and HOME) that vanishes with it;
+  RLIMIT_FSIZE 64 MiB, RLIMIT_NOFILE 256 (16 MiB and 64 without a memory cgroup, which bounds
+  memfds); a read-only /dev of null, zero, full, random, urandom, tty, shm and the fd links (ptmx
+  leads nowhere): no /dev/nvidia*, no /dev/dri, so no GPU memory beside the trainer's.
 - network and IPC: network, IPC and UTS namespaces of its own (no interfaces; SysV objects and POSIX
   queues die with it), and socket() refused by a seccomp filter, so not even a unix socket on the
   host can be reached.
@@ -42,22 +53,35 @@ What each child gets (protected against):
   TMPDIR, USER and LOGNAME ("sandbox") and one thread for OpenMP and BLAS, stdio on /dev/null.
 - what comes back: the parent reads at most one capped frame per call, as strict JSON (no NaN, no
   trailing data), checks the request id, that nothing arrived between calls and every type (a str
-  observation with lone surrogates replaced, a finite float reward, bool flags, a flat JSON info,
-  tool schemas at most 32 deep). Any of it wrong is SandboxError("output").
-- the fork server survives whatever a child leaves behind (its files go with its mount namespace),
-  its children die with it (PR_SET_PDEATHSIG), and it exits when the trainer's socket closes; one
-  that stops answering for 30 s is killed and started again.
+  observation with lone surrogates replaced, a finite float reward, where an exact integer too large
+  for a float is refused too, bool flags, a flat JSON info, tool schemas at most 32 deep). Any of it
+  wrong is SandboxError("output"), never another exception. A play's step() clips the reward to the
+  gate's range, REWARD_RANGE: the gate probes three actions, a play may meet any reward.
+- the gate's two processes (gate.py) never live at the same time, so the first cannot hand the
+  second a value (a lock on a readable host file, say) that its determinism check then compares.
+- the fork server survives whatever a child leaves behind (its files go with its mount namespace);
+  its children die with it, however it dies: it is the jail's pid 1, and a child's PR_SET_PDEATHSIG
+  cannot be cleared (seccomp); it exits when the trainer's socket closes, so nothing a sandbox started
+  outlives a trainer that is SIGKILLed; one that stops answering for 30 s is killed and started again.
 
 What it does NOT protect against: kernel exploits (the seccomp filter is a short deny list, not an
 allow list; gVisor is the tool for that); reading world-readable files of the host outside the
-emptied directories (/etc, /usr, this project's code, ...); CPU side channels; using a CPU fully
-for up to the deadline of each call; an environment that replaces the child's request loop with its
-own (it is the same process) and answers every request itself: the gate can only judge what it
-answers, and its plays then go as it answers, type-checked like any other. Where a layer is not
-available on a machine (no bubblewrap, no CAP_SYS_ADMIN, no memory cgroup, not root, another CPU
-architecture), `isolation()` says which, a WARNING says so once at start, and the others still hold;
-where the jail, the namespaces and a uid of its own are all missing, the sandbox refuses to start
-(environment code would run as the trainer's user, beside it), unless SPADE_UNSAFE_SANDBOX=1.
+emptied directories (/etc, /usr, this project's code, ...); CPU side channels, and other channels
+through what sandboxes share on the machine: the page cache (which pages of a host file another one
+read, told by timing), CPU load, /proc/meminfo, and locks on readable host files between sandboxes
+alive at the same time (a game's plays run side by side; the gate's two processes never do); using
+a CPU fully for up to the deadline of each call; kernel quotas other than AIO and ptys beyond what the
+child's rlimits, memory cgroup and uid bound; a run directory given with --out outside out/ where the
+uid layer is missing (its 0700 does not stop the trainer's own uid); an environment that replaces the
+child's request loop with its own (it is the same process) and answers every request itself: the
+gate can only judge what it answers, and its plays then go as it answers, type-checked like any
+other. Where a layer is not available on a machine (no bubblewrap, no CAP_SYS_ADMIN, no memory
+cgroup, not root, another CPU architecture), `isolation()` says which, a WARNING says so once at
+start, `summary()` gives the run's header the same line, and the others still hold; without the jail,
+the child also sees the host's /dev (its ptys among it) and, where the interpreter lives in a closed
+home, cannot import what the fork server did not; where the jail, the namespaces and a uid of its own
+are all missing, the sandbox refuses to start (environment code would run as the trainer's user,
+beside it), unless SPADE_UNSAFE_SANDBOX=1.
 
 Every failure raises SandboxError with .kind in {"load", "contract", "timeout", "memory",
 "crash", "output"}; after it the child is dead and reaped and .alive is False. The agent ends the
@@ -79,8 +103,8 @@ import threading
 import time
 
 from sandbox import confine
-from sandbox.contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, ReplyError, checked_reset, checked_step,
-                      checked_tools, clean_text)
+from sandbox.contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, REWARD_RANGE, ReplyError, checked_reset,
+                              checked_step, checked_tools, clean_text)
 from sandbox.forkserver import frame, readable, recv, send, strict_json
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # this package's parent, on sys.path
@@ -114,7 +138,10 @@ class _Zygote:
         self._config = {"cgroup": self.cgroup, "cgroup_note": cgroup_note, "rebound": confine.rebound(readable),
                         "uid": self.uid_base and self.uid_base + confine.UID_BLOCK - 1,   # the trials' uid
                         "path": [PROJECT] + [os.path.abspath(p) for p in sys.path if p]}   # imports as here
-        prefix, jail = confine.jail(readable, [self.cgroup] if self.cgroup else [])
+        # The default run directories (spade.py's --out, out/{time}, from the project or where it was started):
+        # emptied, for a trainer whose sandboxes run as its own uid, which the run's 0700 does not stop.
+        runs = [os.path.join(PROJECT, "out"), os.path.abspath("out")]
+        prefix, jail = confine.jail(readable, [self.cgroup] if self.cgroup else [], runs)
         hello = prefix is not None and self._start(prefix)
         if not hello:   # no bubblewrap, or it cannot run here (no user namespaces, say): unjailed
             jail = f"missing: {jail if prefix is None else self.failure}"
@@ -246,6 +273,15 @@ def _machine_share(pid):
     return (uid_base, *confine.memory_cgroup())
 
 
+def summary():
+    """isolation() in one line for a run's header: the layers that hold, then each missing one and why,
+    as in "namespaces, memory, uid, syscalls; MISSING jail (bubblewrap is not installed ...)"."""
+    layers = isolation()
+    missing = [f"{k} ({v.removeprefix('missing: ')})" for k, v in layers.items() if v.startswith("missing: ")]
+    held = ", ".join(k for k, v in layers.items() if not v.startswith("missing: "))
+    return held + ("; MISSING " + "; ".join(missing) if missing else "")
+
+
 def isolation():
     """What confines a sandbox here, layer by layer: {"jail", "namespaces", "memory", "uid",
     "syscalls"} -> a line each, "missing: why" where a layer is not available. Starts the fork server,
@@ -261,6 +297,7 @@ class EnvSandbox:
         self._pidfd, self._requests, self._lock = None, itertools.count(), threading.RLock()
         ours, theirs = socket.socketpair()
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)   # the ready byte carries the child's pid
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)  # an urgent byte is read as any other
         try:
             self._zygote = _Zygote.get()
             self._server_pid, self._slot = self._zygote.spawn(theirs, memory_mb)
@@ -283,7 +320,7 @@ class EnvSandbox:
         try:
             if not readable(self._sock, deadline - time.monotonic()):
                 self._fail("timeout", "the sandbox did not start in time")
-            data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(12))
+            data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(12), socket.MSG_DONTWAIT)
         except OSError as e:
             self._fail("crash", f"the sandbox did not start: {e}")
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
@@ -318,7 +355,7 @@ class EnvSandbox:
         number = next(self._requests)
         try:
             if readable(self._sock, 0):   # a frame nobody asked for (forged, or a desync), or its death
-                if not self._sock.recv(1, socket.MSG_PEEK):
+                if not _peek(self._sock):
                     raise EOFError
                 self._fail("output", f"{op}: the environment wrote to its reply socket between calls")
             self._signal(signal.SIGCONT)
@@ -372,8 +409,11 @@ class EnvSandbox:
         return obs, info
 
     def step(self, action):
+        """(observation, reward, terminated, truncated, info), the reward clipped to REWARD_RANGE: the gate
+        probes only three actions, so a play may meet a reward it never saw (1e308 twice sums to inf)."""
         value = self.request("step", action=str(action)[:MAX_ACTION_CHARS])
-        return self._checked(checked_step, value)[:5]
+        obs, reward, terminated, truncated, info = self._checked(checked_step, value)[:5]
+        return obs, min(max(reward, REWARD_RANGE[0]), REWARD_RANGE[1]), terminated, truncated, info
 
     def tools(self):
         return self._checked(checked_tools, self.request("tools"))
@@ -403,6 +443,15 @@ class EnvSandbox:
             except OSError:
                 pass
             self._zygote.orphan(self._server_pid, self._slot)
+
+
+def _peek(sock):
+    """The first byte waiting on `sock` (b"" at its end), without blocking: a readable socket with nothing
+    to read (an urgent byte a recv would skip) counts as a byte."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b"!"
 
 
 def _death_reason(status, oom, op):

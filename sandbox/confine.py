@@ -6,11 +6,13 @@ Two stages (what they protect against, and what they do not, is sandbox.py's mod
   of the host (`--ro-bind / /`), a minimal read-only /dev (no /dev/nvidia*, /dev/dri), empty
   read-only /var/tmp, /run, /home and /root and an empty /tmp, except for the interpreter's, the
   project's and the trainer's sys.path directories, bound back read-only at their own paths so that
-  imports work as in the trainer; its own PID, IPC, UTS and network namespaces; six capabilities
-  (CAPABILITIES) and no others. `claim_uids()` and `memory_cgroup()` also run here.
+  imports work as in the trainer; the default run directories emptied; its own PID namespace, whose
+  init the fork server is, and IPC, UTS and network namespaces; six capabilities (CAPABILITIES) and
+  no others. `claim_uids()` and `memory_cgroup()` also run here.
 - In the fork server (forkserver.py), every child calls `confine_child(...)` first, as root (or as
   root of the jail's user namespace), before it reads a byte of environment code. The fork server
-  has already put it in a PID namespace of its own, where it is pid 1 and sees no other process.
+  has already put it in a PID namespace of its own, where it is pid 1 and sees no other process. It
+  gets a private /tmp, no devpts and, once in its memory cgroup, no cgroup files.
 
 Linux only (unshare, mount, prctl and seccomp through libc). Where a layer is not available here (no
 bubblewrap, no CAP_SYS_ADMIN, no writable memory cgroup, an unknown CPU architecture), the others still
@@ -30,6 +32,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
     0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 24, 38, 22
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 # A library loaded after the fork (torch's OpenMP) sizes its thread pool by these; with no threads
@@ -40,6 +43,7 @@ SCRATCH_MB = 64                    # the child's one writable place: /tmp, also 
 JAIL_TMP_MB = 256                  # the fork server's own /tmp (work directories where namespaces fail)
 UID_BASE, UID_BLOCK, UID_BLOCKS = 0x7000_0000, 1 << 16, 256   # above the usual user and container ranges
 HIDDEN = ("/home", "/root", "/tmp", "/var/tmp", "/run")       # empty in the jail (secrets, host sockets)
+CGROUPS = "/sys/fs/cgroup"                                     # empty for a child once it is in its cgroup
 CAPABILITIES = ("SYS_ADMIN", "SETUID", "SETGID", "SETPCAP", "CHOWN", "KILL")   # the fork server's only ones
 
 
@@ -52,17 +56,20 @@ def check(result, what):
 # ---------------------------------------------------------------------------------------------
 # In the trainer: the fork server's jail, its uids and its memory cgroup.
 # ---------------------------------------------------------------------------------------------
-def jail(readable, writable=()):
+def jail(readable, writable=(), private=()):
     """The bubblewrap command to put before the fork server's (it ends in "--") and its description,
     or (None, why not). `readable` are the paths the fork server needs (interpreter, packages,
-    project); `writable` its cgroup directory. The emptied directories and /dev are read-only
-    tmpfs: nothing a child writes there outlives it."""
+    project); `writable` its cgroup directory; `private` directories to empty (runs' state). The
+    emptied directories and /dev are read-only tmpfs: nothing a child writes there outlives it."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    # --as-pid-1: the fork server is the jail's init, so when it dies, however it dies, the kernel kills every
+    # process of the jail, the sandboxes among them (under bubblewrap's own init, a sandbox that cleared
+    # its parent-death signal lived on). Not --die-with-parent: the death of the thread that ran it.
     command = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-               "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
-               "--new-session", "--cap-drop", "ALL"]   # not --die-with-parent: the death of the thread that ran it
+               "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-net", "--unshare-uts",
+               "--new-session", "--cap-drop", "ALL"]
     for capability in CAPABILITIES:
         command += ["--cap-add", f"CAP_{capability}"]
     if os.getuid() != 0:   # bubblewrap's own user namespace gives the fork server these capabilities
@@ -78,7 +85,10 @@ def jail(readable, writable=()):
             command += ["--ro-bind", path, path]
     for path in writable:
         command += ["--bind", path, path]
-    for path in [p for p in hidden if p != "/tmp"] + ["/dev"]:
+    private = sorted({os.path.realpath(p) for p in private if os.path.isdir(p)} - {"/"})
+    for path in private:
+        command += ["--size", "4096", "--tmpfs", path]
+    for path in [p for p in hidden if p != "/tmp"] + private + ["/dev"]:
         command += ["--remount-ro", path]
     return command + ["--"], f"bubblewrap {_bwrap_version(bwrap)}"
 
@@ -238,11 +248,11 @@ def confine_child(spec):
     os.close(devnull)
     uid, workdir = spec["uid"], spec["workdir"]
     if spec["namespaces"]:   # mount, IPC, network, UTS; the PID namespace is the fork server's unshare
-        _private_mounts(uid, spec["rebound"])
+        _private_mounts(spec["rebound"])
     if spec["cgroup"]:
         _enter_cgroup(spec["cgroup"], spec["memory_limit"])
-        if spec["namespaces"]:   # where the child owns its cgroup's files (v2 delegated to a user): frozen
-            _read_only(os.path.dirname(spec["cgroup"]))
+    if spec["namespaces"]:
+        _hide_cgroups(spec["cgroup"])
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")   # the machine's OOM killer takes a sandbox before the trainer
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
@@ -278,13 +288,15 @@ def confine_child(spec):
                       **dict.fromkeys(ONE_THREAD, "1"))
 
 
-def _private_mounts(uid, rebound):
-    """New namespaces; a private tmpfs on /tmp (and /dev/shm) owned by `uid`, with the `rebound`
-    paths that lived under /tmp bound back read-only; a /proc of the child's own PID namespace."""
+def _private_mounts(rebound):
+    """New namespaces; a private tmpfs on /tmp (and /dev/shm), with the `rebound` paths that lived
+    under /tmp bound back read-only; a /proc of the child's own PID namespace. The tmpfs stays root's
+    while the mount points are made in it (the jail grants no CAP_DAC_OVERRIDE, so one already the
+    child's, mode 0700, refused them); confine_child gives it to the child's uid afterwards."""
     check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS), "unshare")
     check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     sources = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in rebound]   # before the tmpfs hides them
-    options = f"size={SCRATCH_MB}m,mode=0700,uid={uid},gid={uid}".encode()
+    options = f"size={SCRATCH_MB}m,mode=0700".encode()
     check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options), "mount /tmp")
     for path, fd in zip(rebound, sources):
         os.makedirs(path, mode=0o755, exist_ok=True)
@@ -293,6 +305,22 @@ def _private_mounts(uid, rebound):
         os.close(fd)
     check(libc.mount(b"/tmp", b"/dev/shm", None, MS_BIND, None), "mount /dev/shm")
     check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
+    # No devpts: /dev/ptmx then opens nothing, and a stopped child holds none of kernel.pty.max (EINVAL
+    # where /dev/pts is no mount: nothing to take away).
+    libc.umount2(b"/dev/pts", MNT_DETACH)
+
+
+def _hide_cgroups(directory):
+    """Once in its memory cgroup `directory` (or with none), the child sees no cgroup file: their
+    counters (a slot's peak and page-fault counts, which outlive a child; the usage of the sandboxes
+    beside it, or of the trainer's cgroup that they all share) would carry values from one sandbox to
+    another. A hierarchy mounted elsewhere is frozen read-only instead (where the child owns its
+    cgroup's files, v2 delegated to a user, it could otherwise raise its own limit)."""
+    if directory and not _within(directory, CGROUPS):
+        _read_only(os.path.dirname(directory))
+    elif os.path.isdir(CGROUPS):
+        check(libc.mount(b"tmpfs", CGROUPS.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k"),
+              f"mount {CGROUPS}")
 
 
 def _read_only(path, bind=True):
@@ -330,26 +358,28 @@ def _enter_cgroup(directory, limit):
 # (AUDIT_ARCH, {name: number}) per architecture: the calls the filter refuses, and capset and keyctl, which
 # confine_child makes itself. socket() is refused outright (no host sockets, not even a pathname unix
 # socket under a read-only bind); clone3 as not implemented (glibc then uses clone, whose flags the filter
-# can read: no CLONE_NEWUSER); the rest are kernel attack surface an environment never needs (new user
-# namespaces, io_uring, which bypasses seccomp, userfaultfd, perf events, ptrace, keys) or per-user quotas
-# it would share with the trainer where it runs as its uid (inotify, fanotify).
+# can read: no CLONE_NEWUSER); prctl only to set the parent-death signal (a child that cleared it outlived
+# its fork server); the rest are kernel attack surface an environment never needs (new user namespaces,
+# io_uring, which bypasses seccomp, userfaultfd, perf events, ptrace, keys), per-user quotas it would share
+# with the trainer where it runs as its uid (inotify, fanotify), or a machine-wide one that a stopped child
+# could hold (io_setup: fs.aio-max-nr's events, which the trainer's own AIO then lacks).
 ARCHES = {
-    "x86_64": (0xC000003E, dict(capset=126, keyctl=250, socket=41, clone=56, clone3=435, ptrace=101, add_key=248,
-                                request_key=249, unshare=272, perf_event_open=298, bpf=321, userfaultfd=323,
+    "x86_64": (0xC000003E, dict(capset=126, keyctl=250, socket=41, clone=56, clone3=435, prctl=157, ptrace=101,
+                                add_key=248, request_key=249, unshare=272, perf_event_open=298, bpf=321, userfaultfd=323,
                                 io_uring_setup=425, io_uring_enter=426, io_uring_register=427, inotify_init=253,
-                                inotify_init1=294, fanotify_init=300)),
-    "aarch64": (0xC00000B7, dict(capset=91, keyctl=219, socket=198, clone=220, clone3=435, ptrace=117, add_key=217,
-                                 request_key=218, unshare=97, perf_event_open=241, bpf=280, userfaultfd=282,
+                                inotify_init1=294, fanotify_init=300, io_setup=206)),
+    "aarch64": (0xC00000B7, dict(capset=91, keyctl=219, socket=198, clone=220, clone3=435, prctl=167, ptrace=117,
+                                 add_key=217, request_key=218, unshare=97, perf_event_open=241, bpf=280, userfaultfd=282,
                                  io_uring_setup=425, io_uring_enter=426, io_uring_register=427, inotify_init1=26,
-                                 fanotify_init=262)),
+                                 fanotify_init=262, io_setup=0)),
 }
 ARCH = ARCHES.get(platform.machine())
 
 
 def install_seccomp():
     """Refuse the deny list with EPERM (EACCES for socket, ENOSYS for clone3, EPERM for a clone with
-    CLONE_NEWUSER), and every call of a foreign ABI (32-bit int 0x80 on x86_64, x32), for this
-    process and everything it execs."""
+    CLONE_NEWUSER and for prctl(PR_SET_PDEATHSIG)), and every call of a foreign ABI (32-bit int 0x80 on
+    x86_64, x32), for this process and everything it execs."""
     arch, numbers = ARCH
     LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
     ALLOW, EPERM, EACCES, ENOSYS = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 13, 0x00050000 | 38
@@ -358,10 +388,12 @@ def install_seccomp():
                (JEQ, 0, 1, numbers["socket"]), (RET, 0, 0, EACCES),
                (JEQ, 0, 1, numbers["clone3"]), (RET, 0, 0, ENOSYS)]
     for name, number in numbers.items():
-        if name not in ("capset", "socket", "clone", "clone3"):   # capset may only drop: allowed
+        if name not in ("capset", "socket", "clone", "clone3", "prctl"):   # capset may only drop: allowed
             program += [(JEQ, 0, 1, number), (RET, 0, 0, EPERM)]
-    program += [(JEQ, 0, 3, numbers["clone"]), (LD, 0, 0, 16),            # clone: its flags (args[0], low half)
-                (JSET, 0, 1, CLONE_NEWUSER), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)]
+    program += [(JEQ, 0, 4, numbers["clone"]), (LD, 0, 0, 16),            # clone: its flags (args[0], low half)
+                (JSET, 0, 1, CLONE_NEWUSER), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW),
+                (JEQ, 0, 3, numbers["prctl"]), (LD, 0, 0, 16),            # prctl: its option (args[0])
+                (JEQ, 0, 1, PR_SET_PDEATHSIG), (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)]
     filters = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
     buffer = ctypes.create_string_buffer(filters)
     fprog = struct.pack("HxxxxxxQ", len(program), ctypes.addressof(buffer))

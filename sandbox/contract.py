@@ -37,6 +37,7 @@ import threading
 MAX_ERROR_CHARS = 64 * 1024        # an environment's exception text is truncated to this
 MAX_ACTION_CHARS = 100_000         # METHOD 1.1: the action string is truncated to 100k chars
 PLAY_MAX_TURNS = 25                # METHOD 1.1's cap on a designed max_turns, where no run gives its --max-turns
+REWARD_RANGE = (-10.0, 10.0)       # METHOD 3.1 e: the gate's probes must stay in it; a play's rewards are clipped to it
 VALIDATION_PROBES = ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}")
 UNBOXED_PROBES = ("1", "2", "test")   # METHOD 3.1 step 2: exceptions ignored, only hangs count
 
@@ -369,6 +370,8 @@ def play_step(env, action):
         reward = float(reward)
     except (TypeError, ValueError):
         raise ContractError("contract", f"step() reward must be a number, got {type(reward).__name__}")
+    except OverflowError:
+        raise ContractError("contract", "step() reward must be finite, got an integer too large for a float")
     if not math.isfinite(reward):
         raise ContractError("contract", f"step() reward must be finite, got {reward}")
     return [as_observation(obs, "step()"), reward, bool(terminated), bool(truncated), plain_info(info), kinds(result)]
@@ -488,8 +491,12 @@ def checked_step(value):
     if type(value) is not list or len(value) != 6 or type(value[5]) is not list:
         raise ReplyError("step's reply is not [observation, reward, terminated, truncated, info, kinds]")
     obs, reward, terminated, truncated, info, types = value
-    if type(reward) not in (int, float) or not math.isfinite(reward):
-        raise ReplyError(f"the reward is {reward!r:.40}, not a finite number")
+    try:   # an exact int past a float's range (10**400 is valid JSON) overflows, in math.isfinite too
+        finite = type(reward) in (int, float) and math.isfinite(float(reward))
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise ReplyError(f"the reward is {str(reward)[:40]}, not a finite number")
     if type(terminated) is not bool or type(truncated) is not bool:
         raise ReplyError("terminated and truncated must be bools")
     return (clean_text(obs, "the observation"), float(reward), terminated, truncated, clean_info(info),

@@ -66,12 +66,17 @@ def send(sock, data, deadline):
 
 def recv(sock, deadline, limit=MAX_REPLY_BYTES + 4096):
     """One frame's bytes. TimeoutError past `deadline` (time.monotonic()), EOFError when the peer is
-    gone, ValueError for an oversized frame."""
+    gone, ValueError for an oversized frame. Every read is non-blocking: poll can call a socket readable
+    that a blocking recv would then wait on forever (an urgent byte that it skips)."""
     buffer, size = bytearray(), None
     while size is None or len(buffer) < 4 + size:
-        if not readable(sock, None if deadline == float("inf") else deadline - time.monotonic()):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not readable(sock, None if deadline == float("inf") else remaining):
             raise TimeoutError
-        chunk = sock.recv(1 << 20 if size is None else min(4 + size - len(buffer), 1 << 20))
+        try:
+            chunk = sock.recv(1 << 20 if size is None else min(4 + size - len(buffer), 1 << 20), socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            continue
         if not chunk:
             raise EOFError
         buffer += chunk

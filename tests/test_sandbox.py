@@ -7,7 +7,6 @@ right after (the `attack` helper does all four).
 import os
 import pathlib
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,8 +21,23 @@ from gate import validate_env
 from sandbox import EnvSandbox, SandboxError
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent / "fixtures" / "examples"  # METHOD.md 1.4's two
-JAILED = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the jail needs bubblewrap (make test installs it)")
 TIMEOUT = 1.5
+
+
+def need_jail():
+    """Skip the test, giving the reason, where the fork server's jail cannot be built here."""
+    line = sandbox.isolation()["jail"]
+    if line.startswith("missing"):
+        pytest.skip(f"this needs the sandbox's jail, which is {line}")
+
+
+@pytest.fixture
+def jail():
+    """What JAILED tests ask for (need_jail)."""
+    need_jail()
+
+
+JAILED = pytest.mark.usefixtures("jail")
 
 
 def env_code(reset="return 'ready', {}", step="return 'ok', 0.0, False, False, {}", top="", init="pass"):
@@ -164,6 +178,7 @@ def test_thread_cannot_start():
     assert "(the sandbox runs no threads or processes)" in error.message
 
 
+@JAILED   # the interpreter may live in a closed home, which the jail binds back
 def test_what_ordinary_code_expects_of_a_process():
     """A user name, 200 open files, a 20 MB file, one OpenMP thread for libraries loaded later."""
     code = env_code(reset="""
@@ -390,6 +405,7 @@ def test_future_annotations_and_dataclasses_load():
         assert box.reset()[0] == "Board(cells=[1, 2])"
 
 
+@JAILED   # the interpreter may live in a closed home, which the jail binds back
 def test_standard_library_modules_and_codecs_load_whoever_installed_python():
     # Each of these once failed in the child: imported lazily, after the uid drop, where the interpreter's
     # directory is not world-readable (numpy's generators import `secrets` on first use).

@@ -9,13 +9,16 @@ children.
 """
 import ctypes
 import json
+import math
 import os
 import pathlib
 import select
+import shutil
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -24,7 +27,9 @@ import pytest
 import sandbox
 from gate import validate_env
 from sandbox import EnvSandbox, SandboxError
-from test_sandbox import JAILED, TIMEOUT, attack, env_code, fork_server_pid, zygote_children
+from test_sandbox import (JAILED, TIMEOUT, _processes as processes, attack, env_code, fork_server_pid, need_jail,
+                          zygote_children)
+from test_sandbox import jail  # noqa: F401  (the fixture JAILED uses, found by pytest in this module)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STEP_KINDS = ["str", "number", "bool", "bool", "dict"]
@@ -1006,6 +1011,7 @@ def test_home_directory_is_hidden():
 
 
 # --- found in review: each a way a trainer could crash, hang or lose a layer ---------------------
+@JAILED
 def test_the_jails_emptied_directories_and_dev_are_read_only_mounts():
     """Even a child that is root of bubblewrap's user namespace (a trainer that is not root) cannot
     leave files in /dev, /run, /var/tmp, /home or /root: those tmpfs are read-only mounts."""
@@ -1072,6 +1078,7 @@ def test_the_child_holds_no_capability_and_is_first_for_the_oom_killer():
 
 
 @ROOT_ONLY
+@JAILED
 def test_the_fork_server_holds_only_its_capabilities():
     status = pathlib.Path(f"/proc/{fork_server_pid()}/status").read_text()
     effective = int(next(l for l in status.splitlines() if l.startswith("CapEff")).split()[1], 16)
@@ -1159,3 +1166,435 @@ def test_a_trainer_run_from_tmp_itself_still_gets_a_private_writable_tmp(tmp_pat
     result = subprocess.run([sys.executable, "-c", script, "/tmp", code], capture_output=True, text=True,
                             cwd=ROOT, timeout=120)
     assert result.stdout.strip() == "written False", result.stderr[-2000:]
+
+
+# --- 15. urgent (out-of-band) data on the reply socket --------------------------------------------
+URGENT = "_urgent = _socket.socket(fileno=os.dup(reply_fd()))\n_urgent.send(b'!', _socket.MSG_OOB)\n_urgent.close()"
+OWN_STEP_REPLY = f"write_frame({{'id': 2, 'ok': True, 'value': ['ok', 0.0, False, False, {{}}, {STEP_KINDS!r}]}})"
+
+
+def returns_within(seconds, call):
+    """What `call()` returned or raised, provided it did so within `seconds`. If it still blocks then,
+    every child of the fork server is killed (which ends the block) and the test fails."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(call())
+        except BaseException as e:   # what the trainer would have seen, judged by the caller
+            outcome.append(e)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        for pid in zygote_children():
+            os.kill(pid, 9)
+        thread.join(10)
+        pytest.fail(f"the call still blocked {seconds:g} s after it began")
+    return outcome[0]
+
+
+@pytest.mark.parametrize("where, kinds", [pytest.param("reset", ["timeout"], id="reset"),
+                                         pytest.param("step", ["timeout"], id="step"),
+                                         pytest.param("after-reply", ["output", "timeout"], id="after-reply")])
+def test_urgent_data_on_the_reply_socket_cannot_outlast_a_deadline(where, kinds):
+    """One MSG_OOB byte sent by the child in reset, in a step (which then computes forever), or after a
+    reply of its own (the child is stopped then, before or after the byte went out: the next call sees
+    it waiting, or receives it as the start of a reply that never comes): every call returns within its
+    deadline."""
+    hang = URGENT + "\nwhile True:\n    pass"
+    code = {"reset": wire_env(reset=hang), "step": wire_env(step=hang),
+            "after-reply": wire_env(step=f"{OWN_STEP_REPLY}\n{URGENT}\ntime.sleep(60)")}[where]
+    box = EnvSandbox(code, timeout_s=TIMEOUT, memory_mb=256)
+    started = time.monotonic()
+    error = returns_within(3 * TIMEOUT + 2, lambda: (box.reset(seed=0), box.step("a"), box.step("b")))
+    assert isinstance(error, SandboxError) and error.kind in kinds, repr(error)
+    assert time.monotonic() - started < 3 * TIMEOUT + 2
+    gone(box)
+
+
+def test_urgent_data_cannot_hang_the_gate():
+    """The byte sent at import time, then a loop: validate_env says "timeout" within the call's deadline."""
+    code = wire_env(top=URGENT + "\nwhile True:\n    pass")
+    result = returns_within(TIMEOUT + 2, lambda: validate_env(code, timeout_s=10, call_timeout_s=TIMEOUT))
+    assert (result.ok, result.stage) == (False, "timeout"), result
+    assert zygote_children() == []
+
+
+def test_urgent_data_cannot_hang_a_play():
+    """agent.play of a game that sends an urgent byte in its first step and computes forever: the play
+    ends within the deadline as a FAILED timeout."""
+    from agent import play
+    from envs import Environment
+    from infra import engine, models
+    from test_agent import ScriptedEngine
+    tokenizer = models.tiny_tokenizer()
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{go}")
+    game = Environment("urgent", "Logical Deduction", wire_env(step=URGENT + "\nwhile True:\n    pass"))
+    [episode] = returns_within(2 * TIMEOUT + 5, lambda: play([game], scripted, tokenizer, 1, max_turns=3, max_new_tokens=32,
+                                                             params=engine.SamplingParams(temperature=1.0), timeout_s=TIMEOUT))
+    assert (episode.status, episode.failed, str(episode.error).split(":")[0]) == ("error", True, "timeout"), episode
+    assert zygote_children() == []
+
+
+# --- 16. numbers the child sends --------------------------------------------------------------
+HUGE = "1" + "0" * 400   # an exact integer of 401 digits: float() of it overflows
+
+
+@pytest.mark.parametrize("patch, step, kind", [
+    pytest.param("", f"return 'ok', {HUGE}, True, False, {{}}", "contract", id="returned"),
+    pytest.param(f"_REWARD, _INFO, _TAIL = {HUGE!r}, '{{}}', ''\n" + RAW, "", "output", id="raw"),
+    pytest.param(f"_REWARD, _INFO, _TAIL = '-' + {HUGE!r}, '{{}}', ''\n" + RAW, "", "output", id="raw-negative"),
+])
+def test_a_huge_exact_integer_reward_is_a_clean_error(patch, step, kind):
+    """A reward of 10**400 (returned, or written as such on the wire): a SandboxError, not an
+    OverflowError out of the reply checks; and the gate rejects it instead of raising."""
+    code = env_code(top=patch, step=step or "return 'ok', 0.0, False, False, {}")
+    assert refused(code, kinds=(kind,)).kind == kind
+    result = validate_env(code, timeout_s=10)
+    assert not result.ok and result.stage in ("step", "output"), result
+
+
+@pytest.mark.parametrize("reward, clipped", [("1.7e308", 10.0), ("-1e300", -10.0), ("10.5", 10.0), ("-3.25", -3.25)])
+def test_a_play_never_sees_a_reward_outside_the_contracts_range(reward, clipped):
+    """The gate only probes; in a play, a step's reward comes back inside METHOD 3.1's [-10, 10]."""
+    with EnvSandbox(env_code(step=f"return 'ok', {reward}, False, False, {{}}"), timeout_s=5) as box:
+        box.reset()
+        assert [box.step("go")[1] for _ in range(2)] == [clipped, clipped]
+
+
+def hostile_rewards():
+    """Environments whose rewards are as large as the wire allows, each way it can say them."""
+    forged = lambda text: env_code(top=f"_REWARD, _INFO, _TAIL = {text!r}, '{{}}', ''\n" + RAW.replace(
+        "false, false", "true, false"))
+    return {"max-float-twice": env_code(init="self.n = 0", step="self.n += 1\nreturn 'ok', 1.7e308, self.n > 1, False, {}"),
+            "min-float": env_code(step="return 'ok', -1.7e308, True, False, {}"),
+            "exact-int": env_code(step=f"return 'ok', {HUGE}, True, False, {{}}"),
+            "raw-int": forged(HUGE), "raw-1e308": forged("1e308"), "raw-1e999": forged("1e999"),
+            "ordinary": env_code(step="return 'ok', 1.0 if 'win' in action else 0.0, True, False, {}")}
+
+
+def test_no_environment_can_make_a_return_an_advantage_or_the_loss_non_finite():
+    """Plays of those environments (with a scripted agent) end with finite returns in [-1, 1]; the
+    z-scored advantages and the policy loss over all of them are finite."""
+    import torch
+    import grpo
+    import regret
+    from agent import play
+    from envs import Environment
+    from infra import engine, models
+    from test_agent import ScriptedEngine
+    tokenizer = models.tiny_tokenizer()
+    envs = [Environment(name, "Logical Deduction", code) for name, code in hostile_rewards().items()]
+    scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{win}" if len(prompt) % 2 else "\\boxed{go}")
+    episodes = play(envs, scripted, tokenizer, 2, params=engine.SamplingParams(temperature=1.0), max_turns=3,
+                    max_new_tokens=16, timeout_s=5)
+    returns = [e.reward for e in episodes]
+    assert all(type(r) is float and -1.0 <= r <= 1.0 for r in returns), returns
+    advantages = regret.episode_advantages(episodes)
+    assert all(math.isfinite(a) for a in advantages), advantages
+    shape = (len(episodes), 8)
+    logprobs = torch.full(shape, -0.5, requires_grad=True)
+    loss, _ = grpo.grpo_loss(logprobs, torch.full(shape, -0.6), torch.full(shape, -0.7), torch.tensor(advantages),
+                             torch.ones(shape))
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()
+    assert zygote_children() == []
+
+
+# --- 17. a jail for a project and a virtualenv under /tmp or a closed home ---------------------
+ELSEWHERE = """
+import json, sys
+import sandbox
+code = sys.argv[1]
+print(json.dumps(sandbox.isolation()), flush=True)
+with sandbox.EnvSandbox(code, timeout_s=30) as box:
+    print(box.reset()[0], flush=True)
+"""
+LOOK_AROUND = """
+import getpass, only_in_this_project
+wrote = []
+for path in ('/var/tmp/x', '/dev/x', '/home/x'):
+    try:
+        open(path, 'w').close()
+        wrote.append(path)
+    except OSError:
+        pass
+return json.dumps([only_in_this_project.VALUE, getpass.getuser(), sorted(os.listdir('/dev')), wrote]), {}
+"""
+
+
+def project_and_venv_in(top):
+    """A copy of the sandbox package and a module of the project's own in `top`/project, and a virtualenv
+    in `top`/venv that sees this one's packages (numpy): its python, and the project."""
+    project = top / "project"
+    shutil.copytree(ROOT / "sandbox", project / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / "only_in_this_project.py").write_text("VALUE = 'the project imports'\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(top / "venv")], check=True, timeout=120)
+    site = next((top / "venv" / "lib").glob("python3*/site-packages"))
+    (site / "trainer.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    return top / "venv" / "bin" / "python", project
+
+
+@ROOT_ONLY
+@JAILED
+@pytest.mark.parametrize("where", ["tmp", "closed-home", "closed-dirs-in-tmp"])
+def test_a_project_and_virtualenv_under_tmp_or_a_closed_home_are_jailed(where, tmp_path):
+    """The project and its venv under /tmp (0755), under a 0700 home, or in pytest's 0700 directories
+    under /tmp: the jail is built (no WARNING), the child imports the project's modules and the standard
+    library's, and /var/tmp, /dev and /home stay read-only and bare."""
+    top = {"tmp": pathlib.Path(f"/tmp/spade-test-{token()}"), "closed-home": pathlib.Path(f"/home/spade-test-{token()}"),
+           "closed-dirs-in-tmp": tmp_path}[where]
+    top.mkdir(exist_ok=True)
+    top.chmod(0o755 if where == "tmp" else 0o700)
+    try:
+        python, project = project_and_venv_in(top)
+        result = subprocess.run([str(python), "-c", ELSEWHERE, env_code(reset=LOOK_AROUND)], cwd=project,
+                                capture_output=True, text=True, timeout=120, env={"PATH": os.environ["PATH"]})
+        assert result.returncode == 0, result.stderr[-3000:]
+        isolation, seen = result.stdout.splitlines()
+        assert not json.loads(isolation)["jail"].startswith("missing"), isolation
+        assert "WARNING" not in result.stderr, result.stderr[-2000:]
+        value, user, dev, wrote = json.loads(seen)
+        assert (value, user, wrote) == ("the project imports", "sandbox", [])
+        assert set(dev) <= DEV_ALLOWED, dev
+    finally:
+        if top != tmp_path:
+            shutil.rmtree(top, ignore_errors=True)
+
+
+# --- 18. channels from one sandbox to the next --------------------------------------------------
+# The number of a game drawn from os.urandom, published as an open-file-description lock on a
+# world-readable host file: a process alive at the same time reads it back with F_OFD_GETLK.
+LOCKED_NUMBER = """
+import fcntl, struct
+F_OFD_GETLK, F_OFD_SETLK = 36, 37
+def _lock(fd, command, kind, start, length):
+    return struct.unpack('hhqqi4x', fcntl.fcntl(fd, command, struct.pack('hhqqi4x', kind, 0, start, length, 0)))
+def _published():
+    fd = os.open('/etc/passwd', os.O_RDONLY)
+    kind, _, start, _, _ = _lock(fd, F_OFD_GETLK, fcntl.F_WRLCK, 0, 0)   # the first lock on the file, if any
+    if kind != fcntl.F_UNLCK:
+        os.close(fd)
+        return start
+    number = 1 + int.from_bytes(os.urandom(4), 'big') % 10**6
+    _lock(fd, F_OFD_SETLK, fcntl.F_RDLCK, number, 1)
+    _held.append(fd)
+    return number
+_held = []
+"""
+
+
+def test_a_lock_on_a_host_file_does_not_carry_a_number_into_the_gates_second_process():
+    """A game whose number comes from os.urandom and is published as a lock on a world-readable file
+    for the gate's second process to read back: the determinism check sees two numbers."""
+    code = env_code(top=LOCKED_NUMBER, init="self.number = _published()",
+                    reset="return f'Guess my number (1 to a million). [{self.number}]', {}")
+    result = validate_env(code, timeout_s=20)
+    assert (result.ok, result.stage) == (False, "determinism"), result
+
+
+def test_the_gate_compares_the_second_process_past_its_first_observation():
+    """Construction and the first observation are deterministic, the probes' replies are not."""
+    code = env_code(step="return f'you rolled {os.urandom(4).hex()}', 0.0, False, False, {}")
+    result = validate_env(code, timeout_s=20)
+    assert (result.ok, result.stage) == (False, "determinism"), result
+
+
+CGROUP_COUNTERS = """
+out = {}
+line = [l for l in open('/proc/self/cgroup').read().splitlines() if l.split(':')[1] == 'memory'][0]
+mine = '/sys/fs/cgroup/memory' + line.split(':', 2)[2]
+for directory in (mine, os.path.dirname(mine)):
+    for name in ('memory.max_usage_in_bytes', 'memory.memsw.max_usage_in_bytes', 'memory.usage_in_bytes'):
+        try:
+            out[os.path.join(directory, name)] = int(open(os.path.join(directory, name)).read())
+        except (OSError, ValueError):
+            pass
+return json.dumps(out), {}
+"""
+
+
+@pytest.mark.parametrize("when", ["after", "beside"])
+def test_a_child_cannot_read_another_childs_memory_use_from_the_cgroup_files(when):
+    """A touches 192 MiB; B, started after A is gone (in A's slot) or while A holds them, reads every
+    memory counter of its cgroup and of the parent: none shows A's 192 MiB."""
+    if not sandbox._Zygote.get().cgroup or not os.path.exists("/sys/fs/cgroup/memory"):
+        pytest.skip("no cgroup v1 memory controller here")
+    hold = env_code(step="self.x = bytearray(192 << 20)\nself.x[::4096] = b'y' * len(self.x[::4096])\n"
+                         "return 'holding', 0.0, False, False, {}")
+    a = EnvSandbox(hold, timeout_s=10, memory_mb=512)
+    a.reset()
+    assert a.step("hold")[0] == "holding"
+    if when == "after":
+        a.close()
+    try:
+        with EnvSandbox(env_code(reset=CGROUP_COUNTERS), timeout_s=10) as b:
+            seen = json.loads(b.reset()[0])
+    finally:
+        a.close()
+    assert all(value < 128 << 20 for value in seen.values()), seen
+
+
+# --- 19. machine-wide kernel quotas ----------------------------------------------------------
+QUOTAS = {
+    "aio": ("/proc/sys/fs/aio-nr", """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+self.contexts = []
+while len(self.contexts) < 4096:
+    context = ctypes.c_ulong(0)
+    if libc.syscall(206 if os.uname().machine == 'x86_64' else 0, 1024, ctypes.byref(context)) != 0:
+        break
+    self.contexts.append(context)
+return f'{len(self.contexts)} contexts', 0.0, False, False, {}"""),
+    "pty": ("/proc/sys/kernel/pty/nr", """
+self.ptys = []
+try:
+    while len(self.ptys) < 400:
+        self.ptys.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))
+except OSError:
+    pass
+return f'{len(self.ptys)} ptys', 0.0, False, False, {}"""),
+}
+
+
+def trainer_io_setup():
+    """Whether this process can still get an AIO context of 128 events (then destroyed)."""
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("syscall numbers for x86_64 and aarch64")
+    setup, destroy = (206, 207) if os.uname().machine == "x86_64" else (0, 1)
+    context = ctypes.c_ulong(0)
+    if libc.syscall(setup, 128, ctypes.byref(context)) != 0:
+        return False
+    libc.syscall(destroy, context)
+    return True
+
+
+@pytest.mark.parametrize("quota", sorted(QUOTAS))
+def test_a_stopped_sandbox_holds_no_machine_wide_kernel_quota(quota):
+    """The child takes all the AIO events (fs.aio-max-nr) or ptys it can and is stopped holding them: the
+    machine's counters have not grown, and the trainer's own io_setup still works."""
+    if quota == "pty":
+        need_jail()   # the jail's /dev is its own; the host's /dev/ptmx reaches the kernel's ptys
+    counter, grab = QUOTAS[quota]
+    before = int(pathlib.Path(counter).read_text())
+    with EnvSandbox(env_code(step=grab), timeout_s=10) as box:
+        box.reset()
+        took = box.step("grab")[0]
+        assert int(pathlib.Path(counter).read_text()) <= before + 8, f"{took}: {counter} went up"
+        assert quota != "aio" or trainer_io_setup(), f"{took}: the trainer's io_setup failed"
+
+
+# --- 20. nothing outlives the trainer -------------------------------------------------------------
+IMMORTAL = env_code(reset="import ctypes\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\nreturn 'cleared', {}")
+DOOMED_TRAINER = """
+import json, sys
+import sandbox
+box = sandbox.EnvSandbox(sys.argv[1], timeout_s=10)
+print(json.dumps([box.reset()[0], box.pid]), flush=True)
+sys.stdin.read()
+"""
+
+
+def descendants(pid):
+    """Every live process below `pid`."""
+    table = {p: parent for p, (parent, _) in processes().items()}
+    below, grew = set(), True
+    while grew:
+        new = {p for p, parent in table.items() if (parent == pid or parent in below) and p not in below}
+        below |= new
+        grew = bool(new)
+    return below
+
+
+@pytest.mark.parametrize("killed", ["trainer", "trainer and fork server"])
+def test_nothing_a_sandbox_started_outlives_a_killed_trainer(killed):
+    """The child clears its parent-death signal; then the trainer is SIGKILLed (with its fork server,
+    as a machine's OOM killer or a kill of the whole tree does it): within 5 s nothing that the trainer
+    started (bubblewrap, the fork server, the sandbox) is left."""
+    trainer = subprocess.Popen([sys.executable, "-c", DOOMED_TRAINER, IMMORTAL], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    started = set()
+    try:
+        said, child = json.loads(read_line(trainer))
+        started = descendants(trainer.pid)
+        assert said == "cleared" and child in started, (said, child, started)
+        server = processes()[child][0]
+        trainer.kill()
+        if killed != "trainer":
+            os.kill(server, 9)
+        trainer.wait()
+        assert settles(lambda: not started & set(processes()), within=5), \
+            f"still running: {sorted(started & set(processes()))} (the sandbox: {child})"
+    finally:
+        trainer.kill()
+        for pid in started & set(processes()):   # what a failure left behind
+            _ignore(os.kill, pid, 9)
+
+
+def _ignore(function, *args):
+    try:
+        function(*args)
+    except OSError:
+        pass
+
+
+# --- 21. the run's state -----------------------------------------------------------------------
+READ_RUN = """
+seen = []
+for path in {paths!r}:
+    try:
+        seen.append(open(path).read() if not os.path.isdir(path) else ' '.join(os.listdir(path)))
+    except OSError as e:
+        seen.append(type(e).__name__)
+return json.dumps(seen), {{}}
+"""
+
+
+def write_run(run_dir):
+    """What a run leaves in its directory, written as checkpoint.py and report.py write it: the paths."""
+    secret = f"run-state-{token()}"
+    (run_dir / "ckpt-00001").mkdir()
+    (run_dir / "ckpt-00001" / "env_memory.json").write_text(json.dumps([secret]))
+    (run_dir / "latest").write_text(json.dumps({"checkpoint": "ckpt-00001", "step": 1, "secret": secret}))
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "secret": secret}) + "\n")
+    return secret, [str(run_dir), str(run_dir / "latest"), str(run_dir / "metrics.jsonl"),
+                    str(run_dir / "ckpt-00001" / "env_memory.json")]
+
+
+@ROOT_ONLY
+def test_a_run_directory_made_by_the_trainer_is_not_readable_from_a_sandbox():
+    """A run directory anywhere (--out), claimed as spade.py claims it: a sandbox reads nothing in it."""
+    from infra import checkpoint
+    run_dir, held = ROOT / f"run-test-{token()}" / "run", len(checkpoint._LOCKS)
+    try:
+        checkpoint.claim(run_dir, resuming=False)
+        secret, paths = write_run(run_dir)
+        with EnvSandbox(env_code(reset=READ_RUN.format(paths=paths)), timeout_s=5) as box:
+            seen = box.reset()[0]
+        assert secret not in seen and "ckpt-00001" not in seen, seen
+    finally:
+        while len(checkpoint._LOCKS) > held:   # claim's lock, held for the process's life in a run
+            checkpoint._LOCKS.pop().close()
+        shutil.rmtree(run_dir.parent, ignore_errors=True)
+
+
+@JAILED
+def test_the_default_run_directory_is_hidden_from_a_sandbox():
+    """out/ in the project (the default --out), here with a run directory and files any user may read,
+    as a copied or older run has them: a trainer started in the project shows its sandboxes none of it."""
+    out = ROOT / "out"
+    made = not out.exists()
+    run_dir = out / f"run-test-{token()}"
+    try:
+        run_dir.mkdir(parents=True)
+        run_dir.chmod(0o755)
+        secret, paths = write_run(run_dir)
+        result = subprocess.run([sys.executable, "-c", ELSEWHERE, env_code(reset=READ_RUN.format(paths=paths))],
+                                cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        seen = result.stdout.splitlines()[1]
+        assert secret not in seen and run_dir.name not in seen, seen
+    finally:
+        shutil.rmtree(out if made else run_dir, ignore_errors=True)
