@@ -75,11 +75,12 @@ class Log:
         if not self.quiet:
             print(message, flush=True)
 
-    def config(self):
+    def config(self, sandbox=None):
+        """The config line and config.json; `sandbox`: the isolation that holds (sandbox.summary())."""
         knobs, fixed = dataclasses.asdict(self.cfg), dataclasses.asdict(self.cfg.fixed)
         self.print("config: " + " ".join(f"{k}={v}" for k, v in knobs.items())
                    + " | fixed: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
-        config = {**knobs, "fixed": fixed}
+        config = {**knobs, "fixed": fixed, "sandbox": sandbox}
         if not self.quiet:
             (self.run_dir / "config.json").write_text(json.dumps(config, indent=1))
 
@@ -245,13 +246,24 @@ def write_html(run_dir, metrics, samples, rejected, path, plays=()):
                                  "<p>The designer wrote no valid environment in this run (its rejected attempts are below);"
                                  " the pool was topped up from envs/, and what the agent played there is under Plays.</p>")
     summary = " &middot; ".join(f"{k} {v:.3g}" for k, v in last.items() if isinstance(v, float) and "/" in k)
+    isolation = sandbox_line(run_dir)
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {html.escape(Path(run_dir).name)}</title>
 <style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;
 overflow-x:auto;white-space:pre-wrap}} section{{border-top:1px solid #ccc;margin-top:1.5em}} .msg.assistant pre{{background:#eef5ff}}
 img{{max-width:100%}}</style></head><body>
 <h1>spade run {html.escape(Path(run_dir).name)}</h1><p>{len(metrics)} steps &middot; {len(samples)} generated environments &middot; {len(rejected)} rejected attempts</p>
-<p>last step: {summary}</p><img src="curriculum.png" alt="curriculum plots">
+<p>last step: {summary}</p>{isolation}<img src="curriculum.png" alt="curriculum plots">
 <h1>Generated environments</h1>{body}{rejected_html(rejected)}{plays_html(plays)}</body></html>""")
+
+
+def sandbox_line(run_dir):
+    """The run's isolation as its config.json recorded it, in bold red where a layer was missing."""
+    config = _json((Path(run_dir) / "config.json").read_text(errors="replace")) if (Path(run_dir) / "config.json").is_file() else None
+    isolation = config.get("sandbox") if isinstance(config, dict) else None
+    if not isinstance(isolation, str):
+        return ""
+    style = ' style="color:#b00;font-weight:bold"' if "MISSING" in isolation else ""
+    return f"<p{style}>sandbox: {html.escape(isolation)}</p>"
 
 
 def main(argv=None):

@@ -68,8 +68,9 @@ def set_up(cfg, setting):
     # What the environments grow from, the corpus or a baseline's fixed pool, is read before the model
     # loads: a bad file is then an error in seconds, not after minutes.
     try:
-        if not cfg.rlve:
-            log.print("sandbox: " + sandbox.summary())
+        isolation = None if cfg.rlve else sandbox.summary()   # the layers that hold, and any missing
+        if isolation:
+            log.print("sandbox: " + isolation)
         fixed_pool = load_pool(cfg.pool, max_turns=cfg.max_turns) if cfg.pool else None
         words = cfg.fixed.corpus_max_words
         corpus = None if cfg.corpus == "none" or cfg.pool or cfg.rlve else (
@@ -95,7 +96,7 @@ def set_up(cfg, setting):
                       "so it trains no designer samples until its next regen step")
     elif memory is not None and not memory.records:
         memory.seed_from(seeds)
-    log.config()
+    log.config(sandbox=isolation)
     return Run(cfg, run_dir, log, rank, world, device, corpus, fixed_pool, model, tokenizer, gen, ref_model,
                optimizer, params, skills, seeds, memory, state, setting, install_sigint_handler())
 

@@ -80,3 +80,14 @@ def test_the_command_line_says_how_to_use_it(tmp_path, capsys):
 
 def test_docstring_examples():
     assert doctest.testmod(report).failed == 0
+
+
+def test_the_report_says_which_isolation_layer_was_missing(tmp_path):
+    # Where the jail could not be built, the page says so plainly, as the run's header did.
+    (tmp_path / "config.json").write_text(json.dumps({"sandbox": "namespaces, uid; MISSING jail (bubblewrap is not installed)"}))
+    report.write_html(tmp_path, [], [], [], tmp_path / "index.html")
+    page = (tmp_path / "index.html").read_text()
+    assert 'style="color:#b00;font-weight:bold">sandbox: namespaces, uid; MISSING jail (bubblewrap is not installed)' in page
+    (tmp_path / "config.json").write_text(json.dumps({"sandbox": "jail, namespaces, memory, uid, syscalls"}))
+    report.write_html(tmp_path, [], [], [], tmp_path / "index.html")
+    assert "<p>sandbox: jail, namespaces, memory, uid, syscalls</p>" in (tmp_path / "index.html").read_text()
