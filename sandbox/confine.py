@@ -1,22 +1,17 @@
 """How a sandbox child is cut off from the machine: a jail for the fork server, then per child its own
-namespaces, scratch space, memory cgroup, uid, keyring and system-call filter.
+namespaces, scratch space, memory cgroup, uid, keyring and system-call filter (what they protect
+against, and what they do not: sandbox/__init__.py's docstring).
 
-Two stages (what they protect against, and what they do not, is sandbox.py's module docstring):
-- In the trainer, `jail(...)` is the bubblewrap command the fork server runs under: a read-only view
-  of the host (`--ro-bind / /`), a minimal read-only /dev (no /dev/nvidia*, /dev/dri), empty
-  read-only /var/tmp, /run, /home and /root and an empty /tmp, except for the interpreter's, the
-  project's and the trainer's sys.path directories, bound back read-only at their own paths so that
-  imports work as in the trainer; the default run directories emptied; its own PID namespace, whose
-  init the fork server is, and IPC, UTS and network namespaces; six capabilities (CAPABILITIES) and
-  no others. `claim_uids()` and `memory_cgroup()` also run here.
-- In the fork server (forkserver.py), every child calls `confine_child(...)` first, as root (or as
-  root of the jail's user namespace), before it reads a byte of environment code. The fork server
-  has already put it in a PID namespace of its own, where it is pid 1 and sees no other process. It
-  gets a private /tmp, no devpts and, once in its memory cgroup, no cgroup files.
-
-Linux only (unshare, mount, prctl and seccomp through libc). Where a layer is not available here (no
-bubblewrap, no CAP_SYS_ADMIN, no writable memory cgroup, an unknown CPU architecture), the others still
-hold and sandbox.isolation() says which is missing; the trainer prints that once at start.
+- In the trainer, `jail(...)` is the bubblewrap command the fork server runs under, as the init of its
+  own PID namespace: a read-only view of the host in which /tmp, /var/tmp, /run, /home, /root and the
+  default run directories are empty but for the interpreter's, the project's and sys.path's
+  directories (bound back read-only), a minimal /dev, its own IPC, UTS and network namespaces and six
+  capabilities (CAPABILITIES). `claim_uids()` and `memory_cgroup()` also run here.
+- In the fork server, every child calls `confine_child(...)` first, before it reads a byte of
+  environment code: a private /tmp, no devpts, its memory cgroup (and no cgroup files), its uid, a
+  fresh keyring, no capabilities and the seccomp filter.
+Linux only. Where a layer is not available here, the others still hold and sandbox.isolation() says
+which is missing.
 """
 import ctypes
 import fcntl

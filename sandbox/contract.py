@@ -8,21 +8,9 @@ probes and criteria of the gate, and `ToolUseBaseEnv`, the base class that tool-
 subclass without importing it (or import as `tool_use_base_env` or by the official package path).
 In the trainer: `checked_*` and `clean_*`, the types a reply must have whatever the child did to the
 coercion, and the code extraction and brace repair applied to a designer's response (pure text).
-
-The gate (gate.py, METHOD.md 3.1 plus a determinism check) is deliberately stricter than
-METHOD.md 3.1 in these places (with the other deviations, in METHOD.md 14):
-- a blank (whitespace-only) observation from reset() fails, not only an empty one: it would give
-  the agent an empty `Observation:` line and nothing to play.
-- reset(seed=123) must also return a non-blank observation, not merely not raise: every play resets
-  with its own seed (agent.play_seeds), so a seed other than 42 must give a playable game too.
-- the tool list a play asks for is checked after reset(seed=42), and one instance is constructed
-  as a play constructs it: a class that passes only the gate's construction, or whose tools the
-  chat template cannot take, would fail every play.
-- the criteria gate (step 3) also runs at rollout 0 and rejects when cls() or reset(seed) raises
-  for a seed 0-2 instead of skipping that seed: such a game fails its plays at those seeds, and a
-  game written at rollout 0 is no more trustworthy than a later one.
-Its reset() calls seed the global `random` and numpy generators from the seed first, as plays do,
-so a game whose only randomness is the unseeded global `random` is deterministic there too.
+A child's reset() calls seed the global `random` and numpy generators from the seed first, as plays
+do, so a game whose only randomness is the unseeded global `random` is deterministic there too.
+Where the gate is stricter than the official one: METHOD.md 14.
 """
 import ast
 import itertools
@@ -424,7 +412,7 @@ def criteria_at(cls, seed):
 # coercion above (patched float, isfinite, json), the trainer gets exactly these types or a ReplyError.
 # ---------------------------------------------------------------------------------------------
 class ReplyError(ValueError):
-    """A reply that breaks the contract's types; sandbox.py raises it as SandboxError("output")."""
+    """A reply that breaks the contract's types; EnvSandbox raises it as SandboxError("output")."""
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -1,8 +1,8 @@
 """The fork server: a warm interpreter, jailed by bubblewrap, that forks one confined child per sandbox;
 the child's request loop; and the wire both sides speak.
 
-sandbox.py starts it once per trainer process (`python forkserver.py --serve FD CONFIG`) and talks
-to it over FD; nothing here is imported by the trainer except the wire functions. The fork server
+EnvSandbox starts it once per trainer process (`python -m sandbox FD CONFIG`) and talks to it over
+FD; the trainer uses nothing here but the wire functions. The fork server
 imports PRELOAD, finds out which isolation layers work here (a throwaway child tries each one), then
 forks a child per spawn request: in a PID namespace of its own, confined by confine.confine_child,
 serving its socket pair with environment code of METHOD.md 1 (contract.py) until it is reaped.

@@ -1,4 +1,4 @@
-"""Attacks on sandbox.py: one hostile property per test, then the happy paths.
+"""Attacks on sandbox/: one hostile property per test, then the happy paths.
 
 Every hostile test asserts the exact SandboxError.kind, that the error arrived within
 timeout_s + 2 seconds, that no child process is left behind, and that a fresh sandbox works
