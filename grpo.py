@@ -120,12 +120,13 @@ def tis_weight(old_logprobs, rollout_logprobs, cap=2.0):
 def k3_kl(logprobs, ref_logprobs):
     """Schulman's low-variance k3 estimate of KL(pi || pi_ref) per token: exp(d) - d - 1, d = ref - logp,
     capped at 10 as Slime's `low_var_kl` is (a token far from the reference then gives no gradient).
+    Computed as expm1(d) - d: the same value, without losing a small d's KL to rounding near 1.
 
     Never negative, 0 where the policies agree. Example: logp = log 0.25, ref = log 0.5 -> d = log 2 ->
     2 - 0.6931 - 1 = 0.3069; d = 20 -> 10.
     """
     d = ref_logprobs - logprobs
-    return (torch.exp(d) - d - 1).clamp(max=10.0)
+    return (torch.expm1(d) - d).clamp(max=10.0)
 
 
 def sample_mean(values, mask):

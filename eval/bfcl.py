@@ -31,6 +31,9 @@ One deliberate difference: BFCL `eval`s the call strings it builds from model ou
 only from JSON (identifier names and keys, JSON values via repr) and drop calls to names that are
 not public methods of the involved API classes, so model text can never become arbitrary Python.
 Such a call gets an error message back, as the backend would have given, and the turn goes on.
+
+`--turns N` (1 in the CPU smoke run) plays each entry's first N user turns only and scores them
+against those turns' ground truth: a check that the loop runs, not BFCL's score.
 """
 
 import copy
@@ -141,6 +144,7 @@ class Dialogue:
     held_out: dict
     allowed: set
     model_name: str  # the backend keeps its API instances in module globals under this prefix
+    turns: int  # user turns to play: all of the entry's, or the first `--turns`
     messages: list = field(default_factory=list)
     turn: int = 0
     step: int = 0
@@ -186,7 +190,7 @@ def advance(d: Dialogue, response: str):
             d.force_quit = d.done = True
         return
     d.turn += 1
-    if d.turn == len(d.entry["question"]):
+    if d.turn == d.turns:
         d.done = True
     else:
         start_turn(d)
@@ -217,7 +221,7 @@ def play(engine, tokenizer, entries: list[dict], category: str, params: Sampling
     for entry in entries:
         functions, held_out = function_docs(entry)
         d = Dialogue(copy.deepcopy(entry), category, functions, held_out, callable_names(entry["involved_classes"]),
-                     f"spade_{uuid.uuid4().hex}")
+                     f"spade_{uuid.uuid4().hex}", min(len(entry["question"]), options.turns or len(entry["question"])))
         start_turn(d)
         dialogues.append(d)
     while live := [d for d in dialogues if not d.done]:
@@ -235,7 +239,7 @@ def evaluate(engine, tokenizer, options) -> dict:
         correct = 0
         for d in play(engine, tokenizer, entries, category, params, options):
             forget_instances(d.model_name)  # the inference-time instances; scoring replays from scratch
-            verdict = score_entry(d.entry, truth[d.entry["id"]], d.decoded, category, d.model_name)
+            verdict = score_entry(d.entry, truth[d.entry["id"]][:d.turns], d.decoded, category, d.model_name)
             correct += verdict["valid"]
             rows.append({"problem_id": d.entry["id"], "category": category, "prompt": d.entry["question"],
                          "response": d.responses, "extracted": d.decoded, "score": float(verdict["valid"]),
@@ -245,5 +249,6 @@ def evaluate(engine, tokenizer, options) -> dict:
         columns[column] = percent(metrics[category])
     columns["BFCL Avg"] = percent(sum(metrics.values()) / len(metrics))
     return {"columns": columns, "metrics": {"accuracy": metrics, "num_samples": len(rows)},
-            "settings": {"sampling": params.__dict__, "max_steps_per_turn": MAXIMUM_STEP_LIMIT}, "samples": rows}
+            "settings": {"sampling": params.__dict__, "max_steps_per_turn": MAXIMUM_STEP_LIMIT, "turns": options.turns},
+            "samples": rows}
 

@@ -1,6 +1,6 @@
 """Run the paper's held-out benchmarks on a checkpoint and print Table 1 (games) or Table 2 (tool use).
 
-    python -m eval.run --model smollm2-135m --suite games --samples 1          # offline, CPU: a smoke run
+    python -m eval.run --model smollm2-135m --suite games           # offline, CPU: a smoke run
     python -m eval.run --model out/ckpt --suite games --engine vllm --aime2026 aime-2026.jsonl --lcb-data test6.jsonl
     python -m eval.run --model Qwen3-4B --suite tool_use --benchmarks bfcl_multi_turn
 
@@ -17,13 +17,15 @@ Offline (data inside installed packages): AIME 2025, GPQA-Diamond, HumanEval, Re
 BFCL v4 multi-turn. User data: AIME 2026 (`--aime2026`), LiveCodeBench v6 (`--lcb-data`), tau2 and
 ACEBench (data directories, harnesses and endpoints; see eval/external.py).
 
-Without a GPU the defaults are a smoke run, `--limit 2 --max-new-tokens 256` (two problems per
-benchmark; for Reasoning Gym two tasks per bucket, for BFCL two entries per category): numbers from
-it measure nothing. `--limit 0 --max-new-tokens 0` restores the benchmarks' full settings. On a CPU
-box shared with other jobs, `--threads 1` avoids OpenMP oversubscription (25x faster on ours).
+Without a GPU the defaults are a smoke run, `--limit 1 --samples 1 --turns 1 --max-new-tokens 256`
+(one problem per benchmark and one sample of it; for Reasoning Gym one task per bucket, for BFCL the
+first turn of one entry per category): numbers from it measure nothing. `--full` gives the
+benchmarks' own settings on any device. On a CPU box shared with other jobs, `--threads 1` avoids
+OpenMP oversubscription.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -36,7 +38,7 @@ import torch
 from infra import engine
 from infra import models
 from eval import aime, bfcl, external, gpqa, livecodebench, reasoning_gym_hard, table
-from eval.common import Options, Unavailable
+from eval.common import Options, Progress, Unavailable
 
 BENCHMARKS = {  # name -> (suite, evaluate(engine, tokenizer, options) -> result)
     "aime2025": ("games", aime.evaluate_2025),
@@ -49,7 +51,7 @@ BENCHMARKS = {  # name -> (suite, evaluate(engine, tokenizer, options) -> result
     "tau2": ("tool_use", external.evaluate_tau2),
     "acebench_agent": ("tool_use", external.evaluate_acebench),
 }
-CPU_LIMIT, CPU_MAX_NEW_TOKENS = 2, 256
+SMOKE = dict(limit=1, samples=1, turns=1, max_new_tokens=256)   # the CPU defaults: a smoke run
 
 
 def parse_args(argv=None):
@@ -58,10 +60,13 @@ def parse_args(argv=None):
     p.add_argument("--suite", required=True, choices=["games", "tool_use"])
     p.add_argument("--benchmarks", nargs="+", choices=sorted(BENCHMARKS), help="a subset of the suite (default: all of it)")
     p.add_argument("--samples", type=int, help="samples per problem (RG: episodes per task; tau2: trials; "
-                   "BFCL: unused, greedy); default: each benchmark's own")
+                   f"BFCL: unused, greedy); default: each benchmark's own on GPU, {SMOKE['samples']} on CPU")
     p.add_argument("--limit", type=int,
-                   help=f"first N problems per benchmark, 0 = all (default: all on GPU, {CPU_LIMIT} on CPU)")
-    p.add_argument("--max-new-tokens", type=int, help=f"0 = each benchmark's own (default: own on GPU, {CPU_MAX_NEW_TOKENS} on CPU)")
+                   help=f"first N problems per benchmark, 0 = all (default: all on GPU, {SMOKE['limit']} on CPU)")
+    p.add_argument("--max-new-tokens", type=int, help=f"0 = each benchmark's own (default: own on GPU, {SMOKE['max_new_tokens']} on CPU)")
+    p.add_argument("--turns", type=int, help=f"BFCL: the first N user turns of each entry, 0 = all (default: all on "
+                   f"GPU, {SMOKE['turns']} on CPU)")
+    p.add_argument("--full", action="store_true", help="the benchmarks' own settings on CPU too (no smoke run)")
     p.add_argument("--batch-size", type=int, help="prompts per generate call (default: 32 on GPU, 8 on CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--engine", choices=["hf", "vllm"], default="hf")
@@ -82,23 +87,23 @@ def parse_args(argv=None):
     wrong = [b for b in args.benchmarks or [] if BENCHMARKS[b][0] != args.suite]
     if wrong:
         p.error(f"{wrong} are not in the {args.suite} suite")
-    negative = [f"--{k.replace('_', '-')}" for k in ("samples", "limit", "max_new_tokens", "batch_size", "threads")
+    negative = [f"--{k.replace('_', '-')}" for k in ("samples", "limit", "max_new_tokens", "turns", "batch_size", "threads")
                 if (getattr(args, k) or 0) < 0]
     if negative or args.samples == 0 or args.batch_size == 0:
-        p.error(f"{', '.join(negative) or '--samples and --batch-size'} must be positive (--limit and "
+        p.error(f"{', '.join(negative) or '--samples and --batch-size'} must be positive (--limit, --turns and "
                 f"--max-new-tokens take 0 for the benchmark's own)")
     return args
 
 
 def options_from(args, on_gpu: bool) -> Options:
     """The benchmark options, with the CPU smoke-run defaults filled in (and said out loud)."""
-    limit, max_new = args.limit, args.max_new_tokens
-    if not on_gpu and (limit is None or max_new is None):
-        limit = CPU_LIMIT if limit is None else limit
-        max_new = CPU_MAX_NEW_TOKENS if max_new is None else max_new
-        print(f"no GPU: a smoke run (--limit {limit} --max-new-tokens {max_new}); "
-              "--limit 0 --max-new-tokens 0 gives the benchmarks' full settings")
-    return Options(samples=args.samples, limit=limit or None, max_new_tokens=max_new or None,
+    given = {k: getattr(args, k) for k in SMOKE}
+    if not on_gpu and not args.full:
+        given = {k: SMOKE[k] if v is None else v for k, v in given.items()}
+        print("no GPU: a smoke run (" + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in given.items())
+              + "); --full gives the benchmarks' own settings")
+    limit, samples, turns, max_new = (given[k] for k in ("limit", "samples", "turns", "max_new_tokens"))
+    return Options(samples=samples, limit=limit or None, max_new_tokens=max_new or None, turns=turns or None,
                    batch_size=args.batch_size or (32 if on_gpu else 8), seed=args.seed,
                    paths={"aime2026": args.aime2026, "lcb": args.lcb_data, "gpqa": args.gpqa,
                           "tau2": args.tau2_data_dir, "acebench": args.acebench_dir},
@@ -109,10 +114,13 @@ def options_from(args, on_gpu: bool) -> Options:
 def run_benchmark(name: str, generator, tokenizer, options: Options) -> tuple[dict, list]:
     """(the result JSON, the samples) of one benchmark; an Unavailable one is a result with its reason."""
     start = time.time()
+    options = dataclasses.replace(options, progress=Progress(name))
     try:
         result = BENCHMARKS[name][1](generator, tokenizer, options)
     except Unavailable as e:
         result = {"columns": {}, "unavailable": str(e), "samples": []}
+    finally:
+        options.progress.close()
     samples = result.pop("samples")
     return result | {"benchmark": name, "suite": BENCHMARKS[name][0], "num_samples": len(samples),
                      "seconds": round(time.time() - start, 1)}, samples

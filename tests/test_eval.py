@@ -7,6 +7,7 @@ Fixtures (tests/fixtures/eval/) are our own problems: no GPQA question is ever c
 
 import ast
 import doctest
+import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +17,7 @@ import torch
 
 from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
 
+from infra import engine
 from infra.engine import Completion, SamplingParams
 from eval import aime, bfcl, common, external, gpqa, livecodebench, reasoning_gym_hard, run, table
 from eval.common import Options, Unavailable
@@ -121,7 +123,31 @@ def test_user_data_of_the_wrong_kind_is_one_sentence_or_a_skipped_row(tmp_path, 
         gpqa.load(tmp_path / "gpqa.csv")
 
 
-@pytest.mark.parametrize("flag", ["--samples", "--threads", "--batch-size", "--limit"])
+def test_the_cpu_defaults_are_a_smoke_run_and_full_is_one_flag_away(capsys):
+    smoke = run.options_from(run.parse_args(["--model", "tiny", "--suite", "games"]), on_gpu=False)
+    assert (smoke.limit, smoke.samples, smoke.turns, smoke.max_new_tokens) == (1, 1, 1, 256)
+    assert "no GPU: a smoke run (--limit 1 --samples 1 --turns 1 --max-new-tokens 256)" in capsys.readouterr().out
+    given = run.options_from(run.parse_args(["--model", "tiny", "--suite", "games", "--samples", "4"]), on_gpu=False)
+    assert (given.limit, given.samples) == (1, 4)
+    for argv, on_gpu in [(["--full"], False), ([], True)]:
+        full = run.options_from(run.parse_args(["--model", "tiny", "--suite", "games", *argv]), on_gpu=on_gpu)
+        assert (full.limit, full.samples, full.turns, full.max_new_tokens) == (None, None, None, None)
+
+
+def test_a_benchmark_shows_its_progress(tmp_path, capsys):
+    from infra.models import tiny_model
+    model, tokenizer = tiny_model()
+    stream = io.StringIO()
+    options = Options(batch_size=2, max_new_tokens=2, progress=common.Progress("aime2025", stream))
+    common.generate_texts(engine.make_engine(model, tokenizer), [[5, 6]] * 3, SamplingParams(max_new_tokens=2), options)
+    options.progress.close()
+    assert stream.getvalue().startswith("aime2025") and "[########################] 3/3 completions" in stream.getvalue()
+    run.main(["--model", "tiny", "--suite", "games", "--benchmarks", "aime2025", "aime2026", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "aime2025" in err and "1/1 completions" in err and "aime2026" not in err   # it could not run: no bar
+
+
+@pytest.mark.parametrize("flag", ["--samples", "--threads", "--batch-size", "--limit", "--turns"])
 def test_a_negative_count_is_refused_before_anything_loads(flag, capsys):
     with pytest.raises(SystemExit):
         run.parse_args(["--model", "tiny", "--suite", "games", flag, "-1"])
@@ -317,7 +343,7 @@ def test_bfcl_miss_func_returns_held_out_docs_in_the_user_message():
     message of their turn, never in the `<tools>` list."""
     entry = bfcl.load_category("multi_turn_miss_func")[0][0]
     offered, held_out = bfcl.function_docs(entry)
-    d = bfcl.Dialogue(entry, "multi_turn_miss_func", offered, held_out, set(), "spade_test")
+    d = bfcl.Dialogue(entry, "multi_turn_miss_func", offered, held_out, set(), "spade_test", len(entry["question"]))
     bfcl.start_turn(d)
     while d.turn < 3:  # end turns 0..2 with plain answers
         bfcl.advance(d, "ok")
@@ -372,6 +398,26 @@ def test_bfcl_loop_replaying_the_ground_truth_scores_full_marks(monkeypatch):
     assert result["samples"][1]["response"][0] == [refused, ""] and result["samples"][1]["extracted"][0] == []
 
 
+def test_bfcl_first_turns_only_are_played_and_scored_against_their_ground_truth(monkeypatch):
+    # --turns 1 (the CPU smoke run): the first turn's right calls score 1 though the entry has more turns.
+    from infra.models import tiny_model
+    _, tokenizer = tiny_model()
+    entries, truth = bfcl.load_category("multi_turn_base")
+    entry = entries[1]
+    assert len(truth[entry["id"]]) > 1
+    first_turn = ["\n".join(as_tool_call(c) for c in truth[entry["id"]][0]), "done"]
+    engine = ScriptedEngine(tokenizer, {entry["question"][0][0]["content"]: first_turn + ["never asked"]})
+    monkeypatch.setattr(bfcl, "load_category", lambda category: ([entry], truth))
+    monkeypatch.setattr(bfcl, "CATEGORIES", {"multi_turn_base": "BFCL Base"})
+    result = bfcl.evaluate(engine, tokenizer, Options(batch_size=4, turns=1))
+    [row] = result["samples"]
+    assert row["score"] == 1.0 and len(row["response"]) == 1 and result["settings"]["turns"] == 1
+    assert engine.scripts[entry["question"][0][0]["content"]] == ["never asked"]
+    # All turns (the default): the same responses stop after the first turn, which BFCL fails.
+    engine = ScriptedEngine(tokenizer, {entry["question"][0][0]["content"]: first_turn})
+    assert bfcl.evaluate(engine, tokenizer, Options(batch_size=4))["samples"][0]["score"] == 0.0
+
+
 # ---------------------------------------------------------------------------------------- runner, table, bad input
 
 
@@ -416,8 +462,8 @@ def test_an_endpoint_that_does_not_answer():
 
 @pytest.mark.slow
 def test_smollm2_games_suite_offline(tmp_path, capsys):
-    """The issue's target: the shipped SmolLM2-135M through the whole games suite on CPU (smoke defaults)."""
-    run.main(["--model", "smollm2-135m", "--suite", "games", "--samples", "1", "--out", str(tmp_path), "--device", "cpu"])
+    """The shipped SmolLM2-135M through the whole games suite on CPU (smoke defaults), table included."""
+    run.main(["--model", "smollm2-135m", "--suite", "games", "--out", str(tmp_path), "--device", "cpu"])
     printed = capsys.readouterr().out
     assert "smollm2-135m" in printed and "— livecodebench" in printed
     assert len(list(tmp_path.glob("*.json"))) == 6

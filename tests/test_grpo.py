@@ -87,6 +87,9 @@ def test_k3_kl_term():
     loss, stats = grpo.grpo_loss(**losses(), kl_coef=0.1, ref_logprobs=ref)
     assert stats["kl"].item() == pytest.approx(2 - LOG(2) - 1, abs=1e-6)
     assert loss.item() == pytest.approx(loss0.item() + 0.1 * (2 - LOG(2) - 1), abs=1e-6)
+    # A policy a hair from its reference (d = 1e-4, KL about d^2 / 2) keeps its small KL in float32.
+    logp = torch.full((4,), -2.0)
+    assert grpo.k3_kl(logp, logp + 1e-4).tolist() == pytest.approx([5.0e-9] * 4, rel=2e-2)
 
 
 def test_sample_mean_and_empty_rows():
