@@ -6,9 +6,7 @@ log-probs from the final hidden states of a micro-batch (packing.py: one packed 
 variable-length attention on CUDA, attention.py, or length-sorted padded rows with SDPA elsewhere)
 through fused.py (no [tokens x vocabulary] logits on CUDA; there the loss and its gradients are
 formed in one sweep, `fused_grpo_loss`); `make_optimizer` (8-bit AdamW), `update` and `push_weights`
-(FSDP2's sharding is models.shard_model).
-
-Tests: `python -m pytest tests/test_grpo.py -q`.
+(FSDP2's sharding is models.shard_model). Tests: tests/test_grpo.py.
 
 Deliberately not here: several optimizer steps per rollout (so the "old" policy is always the current
 weights, see `accumulate_gradients`), value functions, entropy bonus, sequence-level (GSPO) ratios,

@@ -8,11 +8,10 @@
     python spade.py --resume out/<run>                # carry on from the last checkpoint
     python spade.py report out/<run>                  # plots + an HTML page of the curriculum
 
-Top to bottom: the thirty knobs (`Config`), the values that are not knobs (`Fixed`), the two settings
-and the per-run tables of METHOD.md 7.3 (data), then the loop (`train`) in the paper's order (METHOD.md
-0). The set-up (model, engine, optimizer, corpus, memory, resume) is infra/run.py; dividing a phase's
-work between ranks is infra/launch.py's `divide`. Not here: a batch trimmed to a fixed size, retries
-of FAILED plays, more than one node.
+Top to bottom: the thirty knobs (`Config`), the values that are not knobs (`Fixed`), the settings and
+METHOD.md 7.3's per-run tables (data), then the loop (`train`) in the paper's order (METHOD.md 0). The
+set-up is infra/run.py; dividing a phase's work between ranks is infra/launch.py's `divide`. Not here:
+a batch trimmed to a fixed size, retries of FAILED plays, more than one node.
 """
 import argparse
 import contextlib

@@ -20,7 +20,7 @@ weights, gradients and optimizer states included. Tokens/s counts real tokens, n
 6 * N * T / seconds / 989e12 (H200 dense bf16 peak), N = the parameters minus the input embedding table
 (the output projection's matmul is real work, tied or not), with MoE experts counted at
 num_experts_per_tok / num_experts (active parameters); attention's own flops are not counted.
-Target (issue 4): ours >= 1.2x the naive tokens/s at <= 0.8x its peak memory.
+Target: ours >= 1.2x the naive tokens/s at <= 0.8x its peak memory.
 """
 import argparse
 import gc

@@ -6,18 +6,8 @@ renders as "<name> (<description>)". The files beside this one are environments 
 class each, named `<short_name>_<skill_slug>.py` so the skill can be read off the file name exactly as
 in the authors' released pools (`game_<rollout:05d>_<index:03d>_<skill_slug>.py`).
 
-`load_pool` reads a directory of such files or a JSONL file with a `code` field per line, validates
-each through `gate.validate_env` and returns the ones that pass; `load_pool("envs")` prints
-"pool: 18/18 environments valid (0 skipped)". It takes the authors' released pools as they are
-(METHOD.md 10): a `games/` folder or the dataset's root, its files checked against the
-`checksums.sha256` beside them, skills read off file names or a manifest, and JSON lists of records
-with `code` and `skill` (a name or a slug). Two environments with one name get distinct ids.
-
-    >>> skill_slug("Multi-Step Workflows")
-    'multi_step_workflows'
-    >>> skill_from_name("game_00012_005_pattern_recognition")
-    'Pattern Recognition'
-
+`load_pool` reads a directory of such files, a JSONL file with a `code` field per line or the authors'
+released pools (METHOD.md 10), validates each through `gate.validate_env` and returns those that pass.
 It does not deduplicate, sample or balance skills: that is the designer's business.
 """
 import hashlib
@@ -50,7 +40,11 @@ UNKNOWN_SKILL = "unknown"
 
 
 def skill_slug(name: str) -> str:
-    """File-name form of a skill: "API Orchestration" -> "api_orchestration"."""
+    """File-name form of a skill: "API Orchestration" -> "api_orchestration".
+
+    >>> skill_slug("Multi-Step Workflows")
+    'multi_step_workflows'
+    """
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
@@ -62,6 +56,8 @@ def skill_from_name(stem: str) -> str:
 
     >>> skill_from_name("toll_roads_optimization"), skill_from_name("notes")
     ('Optimization', 'unknown')
+    >>> skill_from_name("game_00012_005_pattern_recognition")
+    'Pattern Recognition'
     """
     matches = [slug for slug in _SKILL_BY_SLUG if stem == slug or stem.endswith("_" + slug)]
     return _SKILL_BY_SLUG[max(matches, key=len)] if matches else UNKNOWN_SKILL
@@ -207,11 +203,18 @@ def _distinct_ids(environments: list[Environment]) -> list[Environment]:
 
 
 def load_pool(path, *, validate: bool = True, max_turns: int = PLAY_MAX_TURNS) -> list[Environment]:
-    """Environments of a directory of .py files, one .py file, or a JSONL (or JSON list) file; with `validate`,
-    only those that pass `gate.validate_env` for plays of `max_turns` turns, and it prints "pool: N/M environments valid (K skipped)" (lines or files that are not UTF-8, not JSON or without code),
-    and a WARNING line with the first reasons when some fail: our gate is stricter than the paper's (it
-    also checks determinism), so it may drop released games that the official gate accepted.
-    Raises ValueError when the files do not match the pool's checksums or none is valid."""
+    """Environments of a directory of .py files, one .py file, or a JSONL (or JSON list) file; with
+    `validate`, only those that pass `gate.validate_env` for plays of `max_turns` turns, and it prints
+    "pool: N/M environments valid (K skipped)" (lines or files that are not UTF-8, not JSON or without
+    code; `load_pool("envs")` gives 18/18), and a WARNING line with the first reasons when some fail:
+    our gate is stricter than the paper's (it also checks determinism), so it may drop released games
+    that the official gate accepted. Raises ValueError when the files do not match the pool's
+    checksums or none is valid.
+
+    The authors' released pools are read as they are: a `games/` folder or the dataset's root, its
+    files checked against the `checksums.sha256` beside them, skills read off file names or a
+    manifest, and JSON lists of records with `code` and `skill` (a name or a slug). Two environments
+    with one name get distinct ids."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"environment pool not found: {path} "

@@ -11,7 +11,5 @@
     eval/external.py            tau2-bench and ACEBench-Agent through their own harnesses (user data + endpoints)
     eval/gpu_check.py           one prepared GPU script: seconds per sample of each offline suite
 
-Offline (data ship inside installed packages): AIME 2025, GPQA-Diamond, HumanEval, Reasoning Gym
-hard, BFCL v4 multi-turn. Needing user data: AIME 2026, LiveCodeBench v6, tau2-bench, ACEBench.
 Model-written programs run only inside sandbox/; nothing here executes model text in-process.
 """

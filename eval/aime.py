@@ -8,12 +8,8 @@ authors' prepared rows `{"prompt": [messages], "label": "<int>"}` (used as they 
 already asks for `\\boxed{}`), or plain `{"question": ..., "answer": ...}` rows (we append the
 instruction). Reported: avg@k and pass@k.
 
-Which configuration: the paper's Table 1 column is "AIME (Avg@32)", so we run the reference's avg@32
-configuration (METHOD.md 11, "in-loop", `eval_aime_avg32.yaml`): 32 samples per problem, T 0.7,
-top_p 0.8, top_k 20, 32768 new tokens. The reference's offline driver uses a different one: 64
-samples at T 1.0, top_p 0.95, top_k 20 (avg@64). eval/run.py has `--samples` but no flag for
-temperature or top_p, so `--samples 64` gives 64 samples at *these* settings, not the offline
-configuration; reproducing avg@64 means also changing `SETTINGS` below.
+Which configuration: Table 1's column is "AIME (Avg@32)", so this is the reference's avg@32 one, not
+its offline driver's avg@64 (METHOD.md 11): `--samples 64` gives 64 samples at *these* `SETTINGS`.
 
 Not here: majority voting, and answers outside `\\boxed{}` (a response without one scores 0).
 """

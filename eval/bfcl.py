@@ -1,36 +1,14 @@
-"""BFCL v4 multi-turn (Base, Miss Func, Miss Param, Long Ctx and their mean), driven against our
-model in-process, scored by the `bfcl-eval` package's own execution backend and checker.
+"""BFCL v4 multi-turn (Base, Miss Func, Miss Param, Long Ctx and their mean "BFCL Avg", Table 2's
+columns; METHOD.md 11), driven against our model in-process, scored by the `bfcl-eval` package's own
+execution backend and checker.
 
     python -m eval.run --model Qwen3-4B --suite tool_use --benchmarks bfcl_multi_turn
 
-Scope and metric: the paper's Table 2, not METHOD.md 11. Table 2's BFCL columns are the four
-multi-turn categories and "BFCL Avg", their unweighted mean, and that is what we run and report.
-METHOD.md 11 describes the reference's offline driver, which also runs the non_live and live
-(single-turn AST) categories and reports BFCL's "Overall Acc"; those categories and that metric are
-not here, so our "BFCL Avg" is not comparable with an Overall Acc.
-
-From the package we use only what imports without its (huge, numpy-1.26-pinning) dependency list:
-the data files under `bfcl_eval/data`, the multi-turn execution backend
-(`execute_multi_turn_func_call` and the simulated APIs it instantiates) and `multi_turn_checker`
-(per-turn state and execution-result comparison with the ground truth). We do not import
-`bfcl_eval.utils` or `constants.eval_config`: importing them creates result directories inside
-site-packages. What the package's loader and its Qwen function-calling handler do, we redo here:
-the involved classes' function docs (each description gets BFCL's " Note that the provided function
-is in Python 3 syntax."), tools rendered by the model's chat template, calls read from
-`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, at most 20 steps per turn (past
-that the entry is force-terminated and fails), greedy decoding (T 0), 4096 new tokens per step.
-
-Miss Func as BFCL's prompting path does it (the Qwen FC handler is an OSS handler, and those run
-multi-turn entries through `inference_multi_turn_prompting`): the held-out functions are taken out
-of the docs *before* the Python hint is added, so they never get it; at their turn they come back
-inside the user message (`DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING`: the Python repr
-of their docs, a newline, then "I have updated some more functions..."), and they are never added
-to the `<tools>` list of the system prompt.
-
-One deliberate difference: BFCL `eval`s the call strings it builds from model output. We build them
-only from JSON (identifier names and keys, JSON values via repr) and drop calls to names that are
-not public methods of the involved API classes, so model text can never become arbitrary Python.
-Such a call gets an error message back, as the backend would have given, and the turn goes on.
+What the package's loader and its Qwen function-calling handler do, we redo here: the involved
+classes' function docs with BFCL's Python hint (`function_docs`), tools rendered by the model's chat
+template, calls read from `<tool_call>` JSON (`decode_calls`), at most 20 steps per turn (past that
+the entry is force-terminated and fails), greedy decoding, 4096 new tokens per step. Miss Func's
+held-out functions return as BFCL's prompting path returns them (`start_turn`).
 
 `--turns N` (1 in the CPU smoke run) plays each entry's first N user turns only and scores them
 against those turns' ground truth: a check that the loop runs, not BFCL's score.
@@ -45,6 +23,9 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+# Only what imports without the package's huge (numpy-1.26-pinning) dependency list: its data files,
+# the multi-turn execution backend and `multi_turn_checker`. Not `bfcl_eval.utils` or
+# `constants.eval_config`: importing them creates result directories inside site-packages.
 from bfcl_eval.constants.category_mapping import VERSION_PREFIX
 from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING, MAXIMUM_STEP_LIMIT
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING, MULTI_TURN_FUNC_DOC_FILE_MAPPING
@@ -77,7 +58,8 @@ def load_category(category: str) -> tuple[list[dict], dict]:
 def function_docs(entry: dict) -> tuple[list[dict], dict]:
     """(the functions offered from the start, {turn index: functions returned at that turn}) as
     BFCL's loader builds them: every doc of the involved classes, minus Miss Func's held-out ones
-    (in the order the entry names them), and only then the Python hint on what is left."""
+    (in the order the entry names them), and only then the Python hint (" Note that the provided
+    function is in Python 3 syntax.") on what is left, so the held-out ones never get it."""
     docs = [doc for name in entry["involved_classes"]
             for doc in read_lines(DATA / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[name])]
     held_out = {}
@@ -100,8 +82,13 @@ def callable_names(involved_classes: list[str]) -> set[str]:
 
 def decode_calls(text: str, allowed: set[str]) -> list[tuple[dict, str | None]]:
     """The `<tool_call>` objects of a response, each with its call string for the backend, or None
-    where the name is not in `allowed` or an argument key is not an identifier (see the module
-    docstring). Blocks that are not a JSON object are skipped, as BFCL's Qwen handler does.
+    where the name is not in `allowed` or an argument key is not an identifier. Blocks that are not a
+    JSON object are skipped, as BFCL's Qwen handler does.
+
+    BFCL `eval`s the call strings it builds from model output. We build them only from JSON
+    (identifier names and keys, JSON values via repr) and drop calls to names that are not public
+    methods of the involved API classes, so model text can never become arbitrary Python; such a
+    call gets the error the backend would have given, and the turn goes on (METHOD.md 11).
 
     >>> decode_calls('<tool_call>\\n{"name": "cd", "arguments": {"folder": "doc"}}\\n</tool_call>', {"cd"})
     [({'name': 'cd', 'arguments': {'folder': 'doc'}}, "cd(folder='doc')")]
@@ -156,7 +143,13 @@ class Dialogue:
 
 def start_turn(d: Dialogue):
     """Enter turn `d.turn`: its user message(s), or, where held-out functions return, BFCL's user
-    message carrying their docs (the tool list stays as it was; see the module docstring)."""
+    message carrying their docs.
+
+    Miss Func as BFCL's prompting path does it (the Qwen FC handler is an OSS handler, and those run
+    multi-turn entries through `inference_multi_turn_prompting`): at their turn the held-out functions
+    come back inside the user message (`DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING`: the
+    Python repr of their docs, a newline, then "I have updated some more functions..."), and they are
+    never added to the `<tools>` list of the system prompt."""
     d.step = 0
     d.responses.append([])
     d.decoded.append([])

@@ -8,43 +8,10 @@ official harnesses as subprocesses against the model under test served at an Ope
         --user-endpoint https://api.openai.com/v1 --user-model gpt-4.1 \\
         --tau2-data-dir tau2-bench/data --acebench-dir ACEBench
 
-What each needs, all checked before anything runs (a missing piece is one sentence, not a crash):
-- tau2: the `tau2` command (`pip install` of the tau2-bench repository), its data directory
-  (the repository's `data/`, holding `tau2/domains/<domain>/`), the agent endpoint and the
-  user-simulator endpoint + model (paper: gpt-4.1 at T 0; API keys come from the environment, as
-  the harness reads them). Settings (METHOD.md 11): base split, 4 trials, agent T 0 / top_p 0.8 /
-  top_k 20, at most 200 steps; pass@1 = passed simulations / (tasks x trials) (reward within 1e-6 of 1).
-- ACEBench: a clone of the ACEBench repository (data under `data_all/data_en/`, `generate.py`,
-  `eval_main.py`) whose model routing sends unknown model names to `ACEBENCH_AGENT_BASE_URL` (stock
-  ACEBench knows only its listed API models; the SPADE authors patch `APIModelInference` for this),
-  the agent endpoint and the user model (paper: gpt-4o). Settings: T 0.7, top_p 1.0, 16384 tokens,
-  at most 40 dialog turns; the Agent score is the harness's `end_to_end_accuracy`.
+What each needs is checked before anything runs (`tau2_checks`, `acebench_checks`): a missing piece
+is one sentence, not a crash. What each harness is given is in `evaluate_tau2` and `evaluate_acebench`.
 
-What is forwarded to the harnesses, and what is not:
-- tau2 gets exactly the flags in `evaluate_tau2` (domain, base split, trials, max steps, agent and
-  user LLMs with their sampling args and `api_base`, `--num-tasks` under `--limit`) and
-  `TAU2_DATA_DIR`. `--samples` sets the trials.
-- ACEBench `generate.py` gets `--model`, `--category agent`, `--language en`, `--temperature 0.7`,
-  `--top-p 1.0`, `--max-tokens 16384`, `--max-dialog-turns 40`, `--user-model`; `eval_main.py` gets
-  `--model --category agent --language en`; both get `ACEBENCH_AGENT_BASE_URL` and
-  `ACEBENCH_AGENT_API_KEY=EMPTY` in the environment. These spellings are those of the patched clone
-  we expect and are unverified here: ACEBench versions differ (one fork defines absl flags
-  `--top_p`, `--max_tokens`, `--max_dialog_turns`), and an unknown flag makes the harness exit
-  non-zero, which surfaces as a RuntimeError with its stderr, never as a silent default. Adjust the
-  list in `evaluate_acebench` to your clone.
-- Not forwarded: any thinking switch. METHOD.md 11 runs ACEBench with thinking enabled; no flag for it
-  could be verified, so thinking is whatever the served model's chat template does by default
-  (Qwen3 hybrid models think unless told not to; the Instruct-2507 models never do). Serve the model
-  so that it thinks if that matters for your comparison.
-- Not run: ACEBench's Normal and Special groups, so neither they nor its weighted Overall
-  (0.578 Normal + 0.2676 Special + 0.1545 Agent, METHOD.md 11) is produced; the paper's Table 2
-  uses only the Agent group (the mean of MultiStep and MultiTurn), and that is what we report.
-- Not forwarded: `--seed`, `--batch-size` and `--max-new-tokens` (both harnesses use their own
-  settings above); `--limit` and `--samples` to ACEBench (it runs every agent entry once); and
-  `--user-endpoint` to ACEBench (its user model is reached through the harness's own API settings).
-
-Not here: starting `vllm serve` ourselves, patching third-party clones, and any test of these paths
-against the real harnesses (this project's machines have neither the data nor the keys).
+Not here: starting `vllm serve`, patching third-party clones, tests against the real harnesses.
 """
 
 import json
@@ -128,6 +95,15 @@ def run_harness(command: list[str], cwd, env: dict, what: str):
 
 
 def evaluate_tau2(engine, tokenizer, options) -> dict:
+    """tau2-bench through its `tau2` command (`pip install` of the tau2-bench repository) with its data
+    directory (the repository's `data/`, holding `tau2/domains/<domain>/`, as `TAU2_DATA_DIR`), the
+    agent endpoint and the user simulator's endpoint and model (paper: gpt-4.1 at T 0; API keys come
+    from the environment, as the harness reads them).
+
+    Settings (METHOD.md 11): base split, 4 trials (`--samples`), agent T 0 / top_p 0.8 / top_k 20, at
+    most 200 steps, `--num-tasks` under `--limit`; pass@1 = passed simulations / (tasks x trials), a
+    pass being a reward within 1e-6 of 1. Not forwarded: `--seed`, `--batch-size`, `--max-new-tokens`.
+    """
     problem = missing(tau2_checks(options))
     if problem:
         raise Unavailable(f"tau2-bench cannot run: {problem}")
@@ -164,6 +140,21 @@ def acebench_checks(options) -> list[tuple[bool, str]]:
 
 
 def evaluate_acebench(engine, tokenizer, options) -> dict:
+    """ACEBench's Agent group through a clone of its repository (data under `data_all/data_en/`,
+    `generate.py`, `eval_main.py`) whose model routing sends unknown model names to
+    `ACEBENCH_AGENT_BASE_URL` (stock ACEBench knows only its listed API models; the SPADE authors patch
+    `APIModelInference` for this); the user model (paper: gpt-4o) is reached through the harness's own
+    API settings. Settings: T 0.7, top_p 1.0, 16384 tokens, at most 40 dialog turns; the score is the
+    harness's `end_to_end_accuracy`, and the column the mean of MultiStep and MultiTurn (Table 2).
+
+    The flag spellings below are those of the patched clone we expect and are unverified here
+    (versions differ: one fork defines absl flags `--top_p`, `--max_tokens`, `--max_dialog_turns`); an
+    unknown flag makes the harness exit non-zero, which surfaces as a RuntimeError with its stderr,
+    never as a silent default. Adjust the list to your clone. No thinking switch is forwarded (none
+    could be verified): thinking is whatever the served model's chat template does by default, so
+    serve the model so that it thinks if that matters (METHOD.md 11). Not forwarded either:
+    `--seed`, `--batch-size`, `--max-new-tokens`, `--limit`, `--samples`, `--user-endpoint`.
+    """
     problem = missing(acebench_checks(options))
     if problem:
         raise Unavailable(f"ACEBench-Agent cannot run: {problem}")

@@ -3,29 +3,12 @@ every program run against its tests inside sandbox/, never in the evaluating pro
 
     python -m eval.run --model Qwen3-4B --suite games --benchmarks livecodebench humaneval --lcb-data test6.jsonl
 
-LCB rows are the official release format (`question_content`, `starter_code`, `public_test_cases`
-and `private_test_cases` as JSON strings, the private ones possibly base64(zlib(pickle(json)));
-`metadata` with `func_name` for LeetCode-style problems). The pickle is opened by an unpickler that
-refuses every global, so it can only ever yield plain strings and containers. Grading follows the
-official LCB grader: stdin problems compare stdout line by line (stripped, then as Decimals token by
-token); functional problems call `Solution().<func_name>(*json args)` and compare with `==`
-(tuples as lists); the first failing test ends the program; 6 s per test; the grader's usual
-star-imports come first. Sampling: 1 sample, T 0.2, top_p 0.95, 16384 new tokens (METHOD.md 11).
-The prompt is the official runner's chat prompt for instruct models, word for word: its system
-message, then "### Question:", a "### Format:" section that either gives the starter code
-(LeetCode-style problems) or says to read stdin and write stdout (AtCoder/Codeforces-style ones),
-and "### Answer:". The program is what the official `extract_code` takes: the lines between the
-last two lines containing ```, whatever the language tag; with fewer than two such lines there is
-no program and the sample scores 0.
-
-HumanEval runs the same harness: the check program (prompt + completion + tests + `check(fn)`) must
-exit cleanly within 3 s. HumanEval is not a column of the paper's Table 1; it is here because it
-runs offline and exercises the same scorer.
-
-How a program is isolated: the harness below (`run_tests`) plus the program and its tests become
-the source of a one-step environment (`CodeTestsEnv`, tests run in `reset()`), hosted by
-`sandbox.EnvSandbox`: its own process, deadline, memory limit, no network, unprivileged uid. Tests
-travel zlib-compressed, in as many sandboxes as needed to stay under the sandbox's 1 MiB request cap.
+LCB rows are the official release format (`decode_test_cases`); the prompt is the official runner's
+chat prompt for instruct models, word for word (`lcb_user_message`); the program is what the official
+`extract_code` takes (`last_code_block`); grading follows the official grader (`run_tests`). Sampling:
+1 sample, T 0.2, top_p 0.95, 16384 new tokens (METHOD.md 11). HumanEval (not a Table 1 column) runs
+the same harness offline: prompt + completion + tests + `check(fn)` must exit cleanly within 3 s.
+A program and its tests become a one-step environment (`CodeTestsEnv`) in `sandbox.EnvSandbox`.
 
 Not here: the official runner's per-platform statistics and its date filtering of problems
 (give the `test6.jsonl` you want to score).
@@ -68,7 +51,12 @@ def run_tests(program, tests, fn_name, per_test_s):
     """Runs inside the sandbox child: `program` against `tests` (dicts with "kind" in {"stdin",
     "functional", "script"}, "input", "output"), stopping at the first failure. Returns
     (number passed, verdict). The source of this function is shipped into the sandbox, so it
-    imports what it uses and touches nothing outside itself."""
+    imports what it uses and touches nothing outside itself.
+
+    As the official LCB grader: stdin problems compare stdout line by line (stripped, then as Decimals
+    token by token); functional problems call `Solution().<func_name>(*json args)` and compare with
+    `==` (tuples as lists); the first failing test ends the program; the grader's usual star-imports
+    come first."""
     import decimal, io, json, signal, sys
 
     def on_alarm(signum, frame):
@@ -137,7 +125,9 @@ def run_tests(program, tests, fn_name, per_test_s):
 
 ENV_CLASS = '''
 class CodeTestsEnv:
-    """A program and its tests as a one-step environment: reset() runs the tests."""
+    """A program and its tests as a one-step environment: reset() runs the tests. Hosted by
+    `sandbox.EnvSandbox` (own process, deadline, memory limit, no network, unprivileged uid); tests
+    travel zlib-compressed, in as many sandboxes as the sandbox's 1 MiB request cap needs."""
 
     def reset(self, seed=None):
         tests = json.loads(zlib.decompress(base64.b64decode(TESTS)))
@@ -263,6 +253,8 @@ def lcb_user_message(question: str, starter_code: str | None) -> str:
 
 
 def lcb_problem(row: dict) -> Problem:
+    """One release row (`question_content`, `starter_code`, the test cases as JSON strings, `metadata`
+    with `func_name` for LeetCode-style problems) as a Problem with the official prompt."""
     tests = decode_test_cases(row["public_test_cases"]) + decode_test_cases(row.get("private_test_cases") or "[]")
     metadata = json.loads(row["metadata"]) if isinstance(row.get("metadata"), str) else (row.get("metadata") or {})
     fn_name = metadata.get("func_name")

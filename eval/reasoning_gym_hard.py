@@ -9,16 +9,8 @@ top_p 0.8, top_k 20, 8192 new tokens, win = score >= 1.0. Episode i of a task is
 `reasoning_gym.create_dataset(task, **hard_config, seed=0)` (reasoning_gym seeds item i from
 seed + i, so the seed is the episode index). The prompt is reasoning_gym's own default system prompt,
 which asks for the answer in `<answer>...</answer>`; the answer is the last such span, scored by the
-task's `score_answer`. A bucket's win rate is the mean over all its episodes.
-
-An episode this reasoning-gym version cannot build counts as a loss, as the official harness would
-score an episode that fails, and stays in its bucket's denominator (dropping it would give the rest
-of the task more weight): with reasoning-gym 0.1.25 all 100 tasks build, but knight_swap's hard
-generator gives up on seeds 4 and 5. A task that does not build at all is a loss on every episode.
-Each such loss is a sample row with score 0 and the reason, and one warning says how many there were.
-
-Not here: a second turn. We score the first answer; the official GEM wrapper's cap of two turns
-per episode is not reproduced.
+task's `score_answer`. A bucket's win rate is the mean over all its episodes; an episode that this
+reasoning-gym cannot build is a loss (`build_problems`). Not here: a second turn (METHOD.md 11).
 """
 
 import json
@@ -56,7 +48,12 @@ def unbuilt(bucket: str, task: str, episode: int, error: Exception) -> dict:
 
 def build_problems(split: dict, episodes: int, tasks_per_bucket: int | None) -> tuple[list[Problem], list[dict]]:
     """`episodes` problems per task (the first `tasks_per_bucket` tasks of each bucket), and a loss
-    row (`unbuilt`) for every episode this reasoning-gym could not build."""
+    row (`unbuilt`) for every episode this reasoning-gym could not build.
+
+    An unbuilt episode is a loss, as the official harness scores an episode that fails, and stays in
+    its bucket's denominator (dropping it would give the rest of the task more weight). With
+    reasoning-gym 0.1.25 all 100 tasks build, but knight_swap's hard generator gives up on seeds 4
+    and 5; a task that does not build at all is a loss on every episode."""
     problems, failed = [], []
     for bucket, tasks in split["buckets"].items():
         for task in first(tasks, tasks_per_bucket):

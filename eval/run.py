@@ -5,23 +5,13 @@
     python -m eval.run --model Qwen3-4B --suite tool_use --benchmarks bfcl_multi_turn
 
 Writes `<out>/<benchmark>.json` (columns, metrics, settings, or why it could not run) and
-`<out>/<benchmark>.jsonl` (every sample: prompt, response, extracted answer, score), then prints the
-table; `python -m eval.table RUN_A RUN_B` compares runs. Generation goes through engine.py with each
-benchmark's own sampling settings (METHOD.md 11); `--max-new-tokens` overrides the length budget.
+`<out>/<benchmark>.jsonl` (every sample), then prints the table; `python -m eval.table RUN_A RUN_B`
+compares runs. Each benchmark samples with its own settings (METHOD.md 11; the columns are the
+paper's). Offline: AIME 2025, GPQA-Diamond, HumanEval, Reasoning Gym hard, BFCL v4 multi-turn; user
+data: AIME 2026, LiveCodeBench v6, tau2 and ACEBench (eval/external.py).
 
-The columns are the paper's tables where they and METHOD.md 11 differ: AIME is avg@32 at the
-reference's avg@32 settings (eval/aime.py), and BFCL is Table 2's four multi-turn categories and
-their mean, "BFCL Avg", not METHOD.md 11's non_live + live + multi_turn "Overall Acc" (eval/bfcl.py).
-
-Offline (data inside installed packages): AIME 2025, GPQA-Diamond, HumanEval, Reasoning Gym hard,
-BFCL v4 multi-turn. User data: AIME 2026 (`--aime2026`), LiveCodeBench v6 (`--lcb-data`), tau2 and
-ACEBench (data directories, harnesses and endpoints; see eval/external.py).
-
-Without a GPU the defaults are a smoke run, `--limit 1 --samples 1 --turns 1 --max-new-tokens 256`
-(one problem per benchmark and one sample of it; for Reasoning Gym one task per bucket, for BFCL the
-first turn of one entry per category): numbers from it measure nothing. `--full` gives the
-benchmarks' own settings on any device. On a CPU box shared with other jobs, `--threads 1` avoids
-OpenMP oversubscription.
+Without a GPU the defaults are a smoke run (`SMOKE`: one sample of one problem per benchmark, BFCL's
+first turn) whose numbers measure nothing; `--full` gives the benchmarks' own settings anywhere.
 """
 
 import argparse

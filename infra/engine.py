@@ -9,10 +9,9 @@ each under the *processed* sampling distribution, i.e. after temperature / top-k
 stopped), `sleep()`, `wake_up()`, `load_weights(named_tensors)`, `independent()` (a context in which this
 rank may generate without the other ranks; it yields whether it can), `.tokenizer` and `.eos_token_ids`.
 `HFEngine` generates with the trainer's own transformers model (our decode loop, see its docstring);
-`VLLMEngine` runs vLLM in this process, asleep while the trainer updates the weights.
-
-Deliberately not here: paged attention, prefix sharing and continuous batching in `HFEngine` (vLLM
-has them), stop strings (generation stops on EOS tokens only), beam search, speculative decoding.
+`VLLMEngine` runs vLLM in this process, asleep while the trainer updates the weights. Not here:
+paged attention, prefix sharing and continuous batching in `HFEngine` (vLLM has them), stop strings
+(generation stops on EOS tokens only), beam search, speculative decoding.
 """
 
 import contextlib

@@ -23,7 +23,7 @@ What each child gets (protected against):
   other, so nothing the child writes, or leaves unwritten, holds a call past it. Between calls the
   child is stopped (SIGSTOP), so it computes nothing while no call is in flight.
 - memory: RLIMIT_AS (the fork server's mappings + memory_mb) gives a MemoryError; a memory cgroup of
-  its own (v1 here; v2 where the memory controller is delegated) also counts what RLIMIT_AS misses
+  its own (cgroup v1, or v2 where the memory controller is delegated) also counts what RLIMIT_AS misses
   (memfd, SysV shared memory and queues, its tmpfs) and kills it past the limit ("memory"); its
   oom_score_adj is 1000, so the machine's OOM killer takes sandboxes before the trainer. It sees no
   cgroup file, with a memory cgroup or without (/sys/fs/cgroup is empty for it): a slot's peak and

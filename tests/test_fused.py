@@ -270,7 +270,7 @@ def test_default_tiles_compile_for_hopper_pipelined_without_spills():
 def test_logprob_bench_runs_every_row_and_its_sanity_lines():
     """bench/logprob_bench.py's own rows (the kernels as the H200 run calls them), at a tiny shape: each
     one runs (a row that raised shows as a "failed: ..." string) and the sanity lines parse, so a GPU
-    session does not spend its minutes on a broken bench."""
+    run does not spend its minutes on a broken bench."""
     from bench import logprob_bench
 
     results, _, sanity = logprob_bench.bench_shape(64, 32, 300, 1, torch.device(DEVICE), None, True)

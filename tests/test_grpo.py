@@ -301,7 +301,7 @@ def test_one_step_changes_every_parameter():
 
 def test_update_bench_runs_its_three_paths(capsys):
     """bench/update_bench.py on the tiny model (its --quick run): naive, ours and ours-lp each update,
-    and the table and ratio lines print, so a GPU session does not spend its minutes on a broken bench."""
+    and the table and ratio lines print, so a GPU run does not spend its minutes on a broken bench."""
     import argparse
     from bench import update_bench
 
