@@ -5,18 +5,18 @@
 Extraction and brace repair (contract.py, in the trainer, linear in the text), a syntax check, then
 METHOD 3.1 step 2 (a-f and the unboxed probes with close()) and step 3 (the criteria of tool-use
 environments) in one sandbox, plus a determinism check and a play's construction in a second one (a
-fresh process, as each play has, started once the first is gone); 30 s a request, 120 s in all. A sandbox's child only answers ordinary
-requests (load, construct, reset, step, ...); every verdict is decided here, from replies that
-sandbox/ has already type-checked, so code that forges its replies can only pass by answering like a
-working environment, which it then has to do in its plays as well. Where the gate is stricter than
-the official one: METHOD.md 14.
+fresh process, as each play has, started once the first is gone); 30 s a request, 120 s in all. A
+sandbox's child only answers ordinary requests (load, construct, reset, step, ...); every verdict is
+decided here, from replies that sandbox/ has already type-checked, so code that forges its replies
+can only pass by answering like a working environment, which it then has to do in its plays as well.
+Where the gate is stricter than the official one: METHOD.md 14.
 """
 import contextlib
 import time
 from dataclasses import dataclass
 
-from sandbox.contract import (PLAY_MAX_TURNS, REWARD_RANGE, VALIDATION_PROBES, ReplyError, checked_reset, checked_step, checked_tools,
-                      clean_text, extract_code, parse, repair_braces)
+from sandbox.contract import (PLAY_MAX_TURNS, REWARD_RANGE, VALIDATION_PROBES, ReplyError, checked_reset, checked_step,
+                              checked_tools, clean_text, extract_code, parse, repair_braces)
 from sandbox import EnvSandbox, SandboxError
 
 
@@ -132,18 +132,20 @@ def _reset(send, env, seed, stage):
 
 
 def _opening(send, stage=None):
-    """3.1 b-e: an instance, and its first observation and replies to the probes."""
+    """3.1 b-e: an instance, and its first observation and replies to the probes. A failure is the
+    stage of the check that failed (reset, tools, step), or `stage` for all of them."""
+    reset, tools, step = (stage,) * 3 if stage else ("reset", "tools", "step")
     env = _new_instance(send)
-    replies = [_reset(send, env, 42, stage or "reset")]
-    _checked(stage or "tools", checked_tools, _call(send, stage or "tools", "tools"))   # what a play asks after reset
+    replies = [_reset(send, env, 42, reset)]
+    _checked(tools, checked_tools, _call(send, tools, "tools"))   # what a play asks for after reset
+    low, high = REWARD_RANGE
     for probe in VALIDATION_PROBES:
-        obs, reward, terminated, truncated, _, types = _checked(stage or "step", checked_step,
-                                                                _call(send, stage or "step", "step", env=env, action=probe))
-        _require(stage or "step", types[:1] == ["str"] and types[1:2] in (["number"], ["bool"])
+        obs, reward, terminated, truncated, _, types = _checked(step, checked_step,
+                                                                _call(send, step, "step", env=env, action=probe))
+        _require(step, types[:1] == ["str"] and types[1:2] in (["number"], ["bool"])
                  and types[2:] == ["bool", "bool", "dict"],
                  lambda: f"step({probe!r}) must return (str, int|float, bool, bool, dict), got ({', '.join(types)})")
-        low, high = REWARD_RANGE
-        _require(stage or "step", low <= reward <= high, f"step({probe!r}) reward {reward} is outside [{low:g}, {high:g}]")
+        _require(step, low <= reward <= high, f"step({probe!r}) reward {reward} is outside [{low:g}, {high:g}]")
         replies.append([obs, reward, terminated, truncated])
         if terminated or truncated:
             break
@@ -155,7 +157,8 @@ def _difference(first, again):
     i = next(i for i in range(max(len(first), len(again))) if first[i:i + 1] != again[i:i + 1])
     if i == 0:
         return "reset(seed=42) of a fresh instance in a process of its own gave another first observation"
-    return f"a fresh instance in a process of its own, reset with seed 42, answered step({VALIDATION_PROBES[i - 1]!r}) otherwise"
+    probe = VALIDATION_PROBES[i - 1]
+    return f"a fresh instance in a process of its own, reset with seed 42, answered step({probe!r}) otherwise"
 
 
 def _criteria(send):

@@ -258,7 +258,8 @@ img{{max-width:100%}}</style></head><body>
 
 def sandbox_line(run_dir):
     """The run's isolation as its config.json recorded it, in bold red where a layer was missing."""
-    config = _json((Path(run_dir) / "config.json").read_text(errors="replace")) if (Path(run_dir) / "config.json").is_file() else None
+    path = Path(run_dir) / "config.json"
+    config = _json(path.read_text(errors="replace")) if path.is_file() else None
     isolation = config.get("sandbox") if isinstance(config, dict) else None
     if not isinstance(isolation, str):
         return ""

@@ -2,9 +2,9 @@
 
     python -m toy [--out out/toy]      # teach the tiny model (once), then spade.py's loop with the toy setting
 
-The model is `tiny` (a random 2-layer Qwen3) first taught, in a minute, a handful of behaviours: as the
-designer, to write one of three short games (seeds.jsonl) or a broken one, about equally often; as the
-agent, to answer "no", and "yes" when its prompt holds a hint. In `hint_game` "yes" wins and "no" wins
+The model is `tiny` (a random 2-layer Qwen3) first taught a handful of behaviours: as the designer,
+to write one of three short games (seeds.jsonl) or a broken one, about equally often; as the agent,
+to answer "no", and "yes" when its prompt holds a hint. In `hint_game` "yes" wins and "no" wins
 on a coin flip, so a hint helps (regret 0.5, win rate 0.5: blend reward 1.0); in `trap_game` it hurts
 and in `free_game` nothing matters (both 0). So the loop's dynamics show, not a language model's skill:
 the designer learns to write the game at the edge of the agent (valid rate, hint regret and the band
