@@ -13,6 +13,7 @@ ideas and memory sample from a generator of its own, seeded from (seed, rollout,
 attempt is the same whichever process makes it; up to 5 validated attempts per slot (gate.py), failures
 never trained; the sample is the prompt (mask 0) and the response (mask 1, its log-probs).
 """
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -22,12 +23,15 @@ import os
 import random
 import re
 import tempfile
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from tqdm import tqdm
 
 import prompts
 from agent import after_thinking, extract_boxed
@@ -46,7 +50,7 @@ class Setting:
     hint_system: str                 # the hint writer's system message (METHOD 5)
     audit: bool = False              # the policy's solvability audit of what passes the gate (METHOD 3.1 step 4)
     compact_filter: bool = False     # truncated plays are not trained (METHOD 4.3)
-    values: dict = field(default_factory=dict)   # its column of METHOD 7.3: knobs and spade.Fixed values
+    values: dict = field(default_factory=dict)   # its column of METHOD 7.3: knobs and spade.Unflagged values
     seeds: str = "envs/"             # the pool whose environments of these skills seed memory and top up
     embedded_skills: str = ""        # the two skills of the embedded preset (spade.EMBEDDED)
 
@@ -263,34 +267,38 @@ def _prepare(slot, skill, attempt, setting, corpus, memory, seed, rollout_id, di
 
 def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus, memory, params, max_turns: int,
            seed: int, rollout_id: int, max_attempts: int = 5, difficulty: str = "medium",
-           num_validation_workers: int = 4, audit_params=None):
+           num_validation_workers: int = 4, audit_params=None, progress=None):
     """Write one environment per slot (slot index -> skill), each with up to `max_attempts` validated tries.
 
     Every round batches the attempts of all still-empty slots into one engine.generate call. Returns
     (environments, designer samples, stats); a slot whose attempts all fail is simply missing; stats
     hold each rejection ("failures"). `max_turns`: the agent's turn cap, which the prompt states and the
     gate constructs with. audit_params: the sampling parameters of the solvability audit, where the
-    setting audits what passes the gate (METHOD 3.1 step 4).
+    setting audits what passes the gate (METHOD 3.1 step 4). progress: a label for a bar of the valid
+    environments, redrawn every second (on a terminal only).
     """
     assert set(slots.values()) <= set(setting.skills), f"unknown skills: {set(slots.values()) - set(setting.skills)}"
     accepted: dict[int, _Attempt] = {}
     failures, num_attempts = [], 0
-    for attempt in range(1, max_attempts + 1):
-        batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, seed, rollout_id, difficulty, max_turns,
-                          tokenizer) for i in slots if i not in accepted]
-        if not batch:
-            break
-        validations = _validated(engine, tokenizer, batch, params, max_turns, num_validation_workers,
-                                 audit_params if setting.audit else None)
-        num_attempts += len(batch)
-        for a, v in zip(batch, validations):
-            a.validation = v
-            if v.ok:
-                accepted[a.slot] = a
-                continue
-            failures.append({"slot": a.slot, "skill": a.skill, "attempt": attempt, "stage": v.stage,
-                             "error": " ".join((v.error or "").split())[:300],
-                             "finish_reason": a.completion.finish_reason, "response": a.response_text[:2000]})
+    with ticking_bar(len(slots), progress, unit="env") as bar:
+        for attempt in range(1, max_attempts + 1):
+            batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, seed, rollout_id, difficulty, max_turns,
+                              tokenizer) for i in slots if i not in accepted]
+            if not batch:
+                break
+            bar.set_postfix_str(f"attempt {attempt}/{max_attempts}")
+            validations = _validated(engine, tokenizer, batch, params, max_turns, num_validation_workers,
+                                     audit_params if setting.audit else None)
+            num_attempts += len(batch)
+            for a, v in zip(batch, validations):
+                a.validation = v
+                if v.ok:
+                    accepted[a.slot] = a
+                    bar.update()
+                    continue
+                failures.append({"slot": a.slot, "skill": a.skill, "attempt": attempt, "stage": v.stage,
+                                 "error": " ".join((v.error or "").split())[:300],
+                                 "finish_reason": a.completion.finish_reason, "response": a.response_text[:2000]})
     envs, samples = [], []
     for slot in sorted(accepted):
         a = accepted[slot]
@@ -300,6 +308,26 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
     stats = {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": num_attempts,
              "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
     return envs, samples, stats
+
+
+@contextlib.contextmanager
+def ticking_bar(total, label, unit):
+    """A tqdm bar (on a terminal, where `label` is given) redrawn every second, so that one long generate
+    call shows the time it has taken so far."""
+    bar = tqdm(total=total, desc=label, unit=unit, leave=False, disable=None if label else True)
+    stop = threading.Event()
+
+    def tick():
+        while not stop.wait(1.0):
+            bar.refresh()
+    ticker = threading.Thread(target=tick, daemon=True)
+    if not bar.disable:
+        ticker.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        bar.close()
 
 
 def _validated(engine, tokenizer, batch, params, max_turns, num_workers, audit_params):

@@ -7,11 +7,13 @@
     python spade.py --rlve --model Qwen3-4B           # baseline: RLVE's environments (baselines/rlve.py)
     python spade.py --resume out/<run>                # carry on from the last checkpoint
     python spade.py report out/<run>                  # plots + an HTML page of the curriculum
+    python spade.py config --model Qwen3-8B           # every value such a run uses, and the layer that set it
 
-Top to bottom: the thirty knobs (`Config`), the values that are not knobs (`Fixed`), the settings and
-METHOD.md 7.3's per-run tables (data), then the loop (`train`) in the paper's order (METHOD.md 0). The
-set-up is infra/run.py; dividing a phase's work between ranks is infra/launch.py's `divide`. Not here:
-a batch trimmed to a fixed size, retries of FAILED plays, more than one node.
+Top to bottom: the thirty knobs (`Config`), the values that have no flag (`Unflagged`), the settings and
+METHOD.md 7.3's per-run tables (data), the order they apply in (`layers`), then the loop (`train`) in the
+paper's order (METHOD.md 0). The set-up is infra/run.py; dividing a phase's work between ranks is
+infra/launch.py's `divide`. Not here: a batch trimmed to a fixed size, retries of FAILED plays, more
+than one node.
 """
 import argparse
 import contextlib
@@ -36,52 +38,61 @@ from infra.checkpoint import read_pointer, save_checkpoint
 
 @dataclass
 class Config:
-    """The thirty knobs. Each default is the paper's (METHOD.md 7.3: games, Qwen3-30B-A3B); a setting's,
-    a model's and the embedded preset's own values (the tables below) apply over them, and what the
-    command line gives always wins."""
+    """The thirty knobs, in the README's groups. Each default is the paper's (METHOD.md 7.3: games,
+    Qwen3-30B-A3B); `configure` lays the tables below over them, and what the command line gives over
+    all of them."""
+    # model and length
     model: str = "smollm2-135m"       # alias (Qwen3-30B-A3B, Qwen3-8B, Qwen3-4B, smollm2-135m, tiny) or path
-    setting: str = "games"            # games | tool_use (SETTINGS): skills, prompts and its column of METHOD 7.3
+    setting: str = "games"            # a record of SETTINGS: skills, prompts and its column of METHOD 7.3
     steps: int = 400                  # rollout steps (= policy updates)
+    # self-play (METHOD.md 6)
     num_envs: int = 24                # G: environments per pool
     plays_per_env: int = 8            # K: trained plays of each environment per step
     regen_interval: int = 4           # R: steps per pool (8 for tool use)
     skills: str = ""                  # comma-separated skill names; "" = all six of the setting
-    designer_reward: str = "blend"    # blend | solve_rate | regret_based | learning_potential
+    designer_reward: str = "blend"    # the designer's reward, a function of regret.DESIGNER_REWARDS (METHOD 6.3)
     plateau_band: str = "0.4,0.6,0.25"  # lo,hi,ramp of the win-rate plateau (4B later phase: 0.2,0.4,0.2)
-    temperature: float = 0.6          # agent and designer sampling temperature (the update's: Fixed.train_temperature)
+    # rollouts (METHOD.md 4)
+    temperature: float = 0.6          # agent and designer sampling temperature (the update's: Unflagged)
     top_p: float = 0.95               # nucleus sampling of agent and designer
     top_k: int = 20                   # top-k sampling of agent and designer (0: off)
     max_turns: int = 25               # agent turns per episode, the cap on a game's own (prompt, gate, plays)
     max_context: int = 32768          # tokens per episode
     max_new_tokens: int = 8192        # agent tokens per turn
-    thinking: str = "off"             # agent thinking, a sample per turn (METHOD 4.2): on | off (on for Qwen3-8B)
+    thinking: str = "off"             # agent thinking, a sample per turn (METHOD 4.2; on for Qwen3-8B)
+    # baselines and ablations (METHOD.md 10)
     corpus: str = ""                  # JSONL with orig_doc/text; "" = built from the stdlib's docs; none = ablation
     no_memory: bool = False           # ablation: no environment memory
     no_designer_training: bool = False  # ablation: designer samples are generated but not trained
     pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
     rlve: bool = False                # baseline: 16 RLVE environments, adaptive difficulty (baselines/rlve.py); no designer
+    # the update (METHOD.md 7)
     lr: float = 1e-6                  # AdamW learning rate (constant)
     kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for tool use and Qwen3-8B)
-    engine: str = "auto"              # hf | vllm | auto (vllm on CUDA when installed)
+    # engines and GPUs
+    engine: str = "auto"              # in-process transformers or vLLM (auto: vllm on CUDA when installed)
     tp: int = 0                       # vLLM's tensor-parallel size; 0 = the smallest that fits (engine.fitting_tp)
+    # the run's directory
     out: str = "out/{time}"           # the run's directory; {time} is its start, YYYYmmdd-HHMMSS
     save_every: int = 16              # checkpoint every N steps (and at the end)
     resume: str = ""                  # a run directory to continue (its saved config; more --steps extend it)
     seed: int = 0                     # seeds python and torch RNGs
     wandb: bool = False               # also log metrics to Weights & Biases
 
-    def derive(self, fixed):
-        """Attach the values that are not knobs (`Fixed`), then check the whole config once."""
-        if self.setting not in SETTINGS:   # first: the skills and the tables depend on it
-            raise SystemExit(f"spade.py: --setting must be one of {', '.join(SETTINGS)}, not {self.setting!r}")
+    def derive(self, unflagged):
+        """Attach the values that have no flag (`Unflagged`), then check the whole config once."""
+        wrong = [f"{flag(k)} must be one of {', '.join(names)}, not {getattr(self, k)!r}"
+                 for k, names in choices().items() if getattr(self, k) not in names]
+        if wrong:   # first: the setting's skills and tables depend on it
+            raise SystemExit(f"spade.py: {wrong[0]}")
         skills = self.skill_list()
-        self.fixed = Fixed(**{**fixed, "skills_per_regen": min(fixed.get("skills_per_regen", 3), len(skills))})
+        self.unflagged = Unflagged(**{**unflagged, "skills_per_regen": min(unflagged.get("skills_per_regen", 3),
+                                                                           len(skills))})
         self.out = self.out.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
         problems = [msg for bad, msg in [
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
-            (min(self.num_envs, self.steps, self.regen_interval, self.save_every, self.max_turns,
-                 self.max_new_tokens) < 1,
-             "--num-envs, --steps, --regen-interval, --save-every, --max-turns and --max-new-tokens must be positive"),
+            *[(getattr(self, k) < 1, f"{flag(k)} must be positive")
+              for k in ("num_envs", "steps", "regen_interval", "save_every", "max_turns", "max_new_tokens")],
             (self.max_context < 1024, "--max-context must be at least 1024 tokens (a prompt and a turn)"),
             (not (self.temperature > 0 and 0 < self.top_p <= 1 and self.top_k >= 0),
              "sampling needs --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0 (0: off)"),
@@ -89,11 +100,7 @@ class Config:
             (not 0 <= self.seed < 2**63, "--seed must be in [0, 2**63)"),
             (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
                                      f"not {self.plateau_band!r}"),
-            (self.engine not in ("auto", "hf", "vllm"), f"--engine must be auto, hf or vllm, not {self.engine!r}"),
             (self.tp < 0, "--tp must be 0 (the smallest that fits) or a tensor-parallel size"),
-            (self.thinking not in ("on", "off"), f"--thinking must be on or off, not {self.thinking!r}"),
-            (self.designer_reward not in regret.DESIGNER_REWARDS,   # a fork adds one there
-             f"unknown --designer-reward {self.designer_reward!r}; one of {list(regret.DESIGNER_REWARDS)}"),
             (self.corpus not in ("", "none") and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
             (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}"),
             (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one"),
@@ -133,9 +140,9 @@ class Config:
 
 
 @dataclass(frozen=True)
-class Fixed:
-    """What is not a knob: the method's own numbers (METHOD.md 7.3's shared row) and the values a setting,
-    a model or the embedded preset fixes. Forks change them here or in the tables below."""
+class Unflagged:
+    """The values that have no flag: the method's own numbers (METHOD.md 7.3's shared row), which the
+    tables below override as they do the knobs' defaults. Forks change them here or in the tables."""
     hint_plays: int = 16              # hinted plays per new environment (not trained)
     designer_attempts: int = 5        # validated tries per designer slot
     skills_per_regen: int = 3         # skills per epoch (at most those in play)
@@ -158,9 +165,9 @@ SETTINGS = {
                         embedded_skills="Data Retrieval,State Modification"),
 }
 # METHOD 7.3's other columns: what a model (by `table_key`), a setting and a model together, the
-# fixed-RLVE baseline (METHOD 10) and the embedded preset change of the defaults above, knobs and fixed
-# values alike; applied after the setting's, in this order, so the more specific wins, and the command
-# line over all of them.
+# fixed-RLVE baseline (METHOD 10) and the embedded preset change of the defaults above, knobs and
+# unflagged values alike; `layers` applies them after the setting's, in this order, so the more
+# specific wins, and the command line over all of them.
 MODELS = {"qwen3-8b": dict(thinking="on", kl_coef=0.005, designer_max_tokens=20000)}
 COLUMNS = {("tool_use", "qwen3-4b"): dict(steps=500, regen_interval=32, num_envs=16, plays_per_env=16, hint_plays=4,
                                           hint_max_tokens=512, designer_reward="regret_based", train_temperature=0.7)}
@@ -176,32 +183,92 @@ RESUMABLE = ("resume", "steps", "save_every", "engine", "tp", "wandb")
 
 
 def parse_config(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     epilog="python spade.py report out/<run>: a run's plots and HTML page (infra/report.py)")
-    meaning = dict(re.findall(r"^    (\w+): .*?#\s*(.+)$", inspect.getsource(Config), re.M))  # the comments above
-    for field in dataclasses.fields(Config):
-        flag, text = "--" + field.name.replace("_", "-"), f"{meaning.get(field.name, '')} (default: {field.default})"
-        if field.type is bool:
-            parser.add_argument(flag, action="store_true", help=text)
-        else:
-            parser.add_argument(flag, type=field.type, default=None, help=text)
+    """The Config of a command line. --help shows each knob's value in a plain `python spade.py` and
+    the layer that set it."""
+    values, source = merge(layers({}))
+    parser = argparse.ArgumentParser(
+        prog="spade.py", usage="python spade.py [--knob VALUE ...] | config [--knob VALUE ...] | report out/<run>",
+        description=f"{__doc__.splitlines()[0]} Each knob's help ends with [the value a plain `python spade.py` "
+                    f"uses, the layer that set it] (layers, each over those before it: "
+                    f"{', '.join(name for name, _ in layers({}))}; METHOD.md 7.3). `python spade.py config "
+                    f"--knob VALUE ...` prints every value of a command line with its layer.",
+        epilog="python spade.py report out/<run>: a run's plots and HTML page (infra/report.py)")
+    for title, knobs in knob_groups():
+        group = parser.add_argument_group(title)
+        for name, meaning in knobs:
+            field = Config.__dataclass_fields__[name]
+            plain = values[name] if values[name] != "" else '""'
+            plain = ("on" if plain else "off") if field.type is bool else plain
+            paper = "" if source[name] == "default" else f"; default {field.default!r}"
+            text = f"{meaning} [{plain}, {source[name]}{paper}]".replace("%", "%%")
+            if field.type is bool:
+                group.add_argument(flag(name), action="store_true", help=text)
+            else:
+                names = choices().get(name)
+                group.add_argument(flag(name), type=field.type, help=text, metavar="{" + ",".join(names) + "}"
+                                   if names else {int: "N", float: "X"}.get(field.type, "TEXT"))
     # Given = on the command line; `is not` keeps an explicit 0 (e.g. --kl-coef 0 for tool use).
     given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None and v is not False}
     return resumed_config(given) if given.get("resume") else configure(given)
 
 
-def configure(given):
-    """The Config of these given knobs: the tables that apply to their setting and model over the
-    defaults, the given values over the tables; the tables' other values become `cfg.fixed`."""
-    setting, name = given.get("setting", Config.setting), given.get("model", Config.model).lower()
+def knob_groups():
+    """[(group, [(knob, its meaning)])] as Config's comments give them, in its order."""
+    groups = []
+    for line in inspect.getsource(Config).splitlines():
+        heading, knob = re.match(r"    # (.+)$", line), re.match(r"    (\w+): .*?#\s*(.+)$", line)
+        if heading:
+            groups.append((heading[1], []))
+        elif knob:
+            groups[-1][1].append(knob.groups())
+    return groups
+
+
+def choices():
+    """The knobs that take one of a few names, and those names (a fork's new setting or reward included)."""
+    return dict(setting=list(SETTINGS), designer_reward=list(regret.DESIGNER_REWARDS), thinking=["on", "off"],
+                engine=["auto", "hf", "vllm"])
+
+
+def flag(knob):
+    return "--" + knob.replace("_", "-")
+
+
+def layers(given, saved=None):
+    """Where a run's values come from, in order, each layer over those before it (METHOD.md 7.3):
+    [(layer, {name: value})] for the knobs and the unflagged values alike."""
+    saved = saved or {}
+    setting = given.get("setting", saved.get("setting", Config.setting))
+    name = given.get("model", saved.get("model", Config.model)).lower()
     small, model = name in SMALL_MODELS or (name.startswith("random-") and "/" not in name), table_key(name)
     record = SETTINGS.get(setting)   # an unknown one is refused by derive()
-    values = {**(record.values if record else {}), **MODELS.get(model, {}), **COLUMNS.get((setting, model), {}),
-              **(RLVE if given.get("rlve") else {}),
-              **({**EMBEDDED, "skills": record.embedded_skills if record else ""} if small else {}), **given}
+    defaults = {f.name: f.default for cls in (Config, Unflagged) for f in dataclasses.fields(cls)}
+    return [("default", defaults), ("setting", record.values if record else {}), ("model", MODELS.get(model, {})),
+            ("setting and model", COLUMNS.get((setting, model), {})),
+            ("rlve", RLVE if given.get("rlve", saved.get("rlve")) else {}),
+            ("embedded", {**EMBEDDED, "skills": record.embedded_skills if record else ""} if small else {}),
+            ("saved run", saved), ("command line", given)]
+
+
+def merge(stack):
+    """({name: value}, {name: the layer that set it}) of `layers`: the last layer to give a value wins.
+    The names of the second dict come layer by layer, in the layers' order."""
+    values, last = {}, {}
+    for layer, given in stack:
+        values.update(given)
+        last.update(dict.fromkeys(given, layer))
+    return values, {name: layer for layer, given in stack for name in given if last[name] == layer}
+
+
+def configure(given, saved=None):
+    """The Config of these given knobs (and a resumed run's saved ones): `layers` merged, split into the
+    knobs and `cfg.unflagged`; `cfg.source` names the layer that set each value."""
+    values, source = merge(layers(given, saved))
     knobs = {f.name for f in dataclasses.fields(Config)}
-    return Config(**{k: v for k, v in values.items() if k in knobs}).derive(
+    cfg = Config(**{k: v for k, v in values.items() if k in knobs}).derive(
         {k: v for k, v in values.items() if k not in knobs})
+    cfg.source = source
+    return cfg
 
 
 def table_key(model):
@@ -217,19 +284,21 @@ def table_key(model):
 def resumed_config(given):
     """--resume: the run's saved config, with what RESUMABLE lets a command line change (more --steps extend
     it; --wandb holds for this invocation only). Any other flag that changes the config is refused in one
-    sentence, as is a saved config of another version's knobs."""
+    sentence, as is a saved config of another version's knobs or of a setting this program lacks."""
     latest, pointer = Path(given["resume"]) / "latest", read_pointer(given["resume"])
-    knobs = {f.name for f in dataclasses.fields(Config)}
-    unknown = sorted(set(pointer["config"]) - knobs)
+    stored = {**pointer["config"], "wandb": False}
+    unknown = sorted(set(stored) - {f.name for f in dataclasses.fields(Config)})
     if unknown:
         raise SystemExit(f"spade.py: {latest} was written by another version of spade.py (its knobs {unknown})")
-    saved = configure({**pointer["config"], "wandb": False})
-    wanted = configure({**pointer["config"], "wandb": False, **given})
-    changed = [f"--{f.name.replace('_', '-')} (saved: {getattr(saved, f.name)})" for f in dataclasses.fields(Config)
+    if stored.get("setting", Config.setting) not in SETTINGS:   # a fork's, such as the toy's
+        raise SystemExit(f"spade.py: {given['resume']} is a run of the setting {stored['setting']!r}, which only "
+                         f"its own program defines (the toy's: python -m toy --resume {given['resume']})")
+    saved, wanted = configure({}, saved=stored), configure(given, saved=stored)
+    changed = [f"{flag(f.name)} (saved: {getattr(saved, f.name)})" for f in dataclasses.fields(Config)
                if f.name not in RESUMABLE and getattr(wanted, f.name) != getattr(saved, f.name)]
     if changed:
         raise SystemExit(f"spade.py: a resumed run keeps its saved config; {', '.join(changed)} cannot "
-                         f"change (these can: {', '.join('--' + k.replace('_', '-') for k in RESUMABLE)})")
+                         f"change (these can: {', '.join(map(flag, RESUMABLE))})")
     if wanted.steps <= pointer["step"]:
         raise SystemExit(f"spade.py: {given['resume']} is at step {pointer['step']} already: give more --steps")
     return wanted
@@ -240,6 +309,9 @@ def main(argv=None):
     if argv[:1] == ["report"]:
         from infra import report
         return report.main(argv[1:])
+    if argv[:1] == ["config"]:   # the header such a run prints: every value under the layer that set it
+        from infra.report import config_lines
+        return print("\n".join(config_lines(parse_config(argv[1:]))))
     cfg = parse_config(argv)
     status = launch.as_ranks(argv, __file__)   # several GPUs: this process starts one rank per GPU
     if status is not None:
@@ -319,7 +391,7 @@ def new_pool(run, step, times, metrics):
             run.gen, run.tokenizer, [envs[i] for i in mine], run.setting, run.params["hint"])) \
             if regret.needs_hints(cfg.designer_reward) and envs else []
         # The same seeds as this step's unhinted plays: both arms of the regret meet the same instances.
-        hinted = play(run, envs, cfg.fixed.hint_plays, step, hints) if hints else []
+        hinted = play(run, envs, cfg.unflagged.hint_plays, step, hints) if hints else []
         scored_hinted, hung = agent.drop_failed(hinted, state["blacklist"])
         log_blacklisted(run, hung)
     topup = state["rng"].sample(run.seeds, min(len(run.seeds), max(0, cfg.num_envs - len(envs))))
@@ -337,19 +409,20 @@ def design(run, step, metrics):
     """G designer slots of this epoch's skills, divided between the ranks: (environments, designer
     samples, rejected attempts), every rank's, in slot order. Each rejection is printed."""
     cfg = run.cfg
-    skills = designer.slots_for_epoch(run.skills, step // cfg.regen_interval, cfg.fixed.skills_per_regen, cfg.num_envs)
+    skills = designer.slots_for_epoch(run.skills, step // cfg.regen_interval, cfg.unflagged.skills_per_regen,
+                                      cfg.num_envs)
     parts = launch.divide(run, [1.0] * len(skills), lambda mine: [designer.design(
         run.gen, run.tokenizer, {i: skills[i] for i in mine}, setting=run.setting, corpus=run.corpus,
         memory=run.memory, params=run.params["designer"], max_turns=cfg.max_turns, seed=cfg.seed,
-        rollout_id=step, max_attempts=cfg.fixed.designer_attempts, audit_params=run.params["audit"])],
-        per_rank=True)
+        rollout_id=step, max_attempts=cfg.unflagged.designer_attempts, audit_params=run.params["audit"],
+        progress="design" if run.rank == 0 else None)], per_rank=True)
     envs = sorted((e for envs, _, _ in parts for e in envs), key=lambda e: e.env_id)   # by slot
     samples = sorted((s for _, samples, _ in parts for s in samples), key=lambda s: s.env_id)
     rejected = sorted((f for _, _, stats in parts for f in stats["failures"]), key=lambda f: (f["attempt"], f["slot"]))
     attempts = sum(stats["num_attempts"] for _, _, stats in parts)
     metrics.update({"designer/valid_rate": len(envs) / len(skills), "designer/attempts": attempts})
     for failure in rejected:
-        run.log.print(designer.rejection_line(failure, cfg.fixed.designer_attempts))
+        run.log.print(designer.rejection_line(failure, cfg.unflagged.designer_attempts))
     run.log.print(f"designer: {len(envs)}/{len(skills)} environments valid after {attempts} attempts; "
                   f"rejections by stage: {dict(Counter(f['stage'] for f in rejected)) or 'none'}")
     return envs, samples, rejected
@@ -439,8 +512,8 @@ def update_policy(run, batch, times):
         run.gen.sleep()
         # The log-probs of the update are at train_temperature (1.0), not at the sampling temperature: the
         # TIS weight is then pi_T1 / pi_rollout(T 0.6), as officially (METHOD 7.2).
-        update = grpo.update(run.model, run.optimizer, batch, micro_token_budget=run.cfg.fixed.micro_token_budget,
-                             temperature=run.cfg.fixed.train_temperature,
+        update = grpo.update(run.model, run.optimizer, batch, micro_token_budget=run.cfg.unflagged.micro_token_budget,
+                             temperature=run.cfg.unflagged.train_temperature,
                              activation_checkpointing=run.device == "cuda",   # activations, not weights, fill a GPU
                              kl_coef=run.cfg.kl_coef, ref_model=run.ref_model) if batch else {}
         grpo.push_weights(run.model, run.gen)

@@ -9,6 +9,7 @@ are kept. The KL reference is never saved: `kl_reference` rebuilds it from the i
 process holds a run directory (`claim`); a pointer or checkpoint that cannot be read, or a disk too
 full to write one, is one sentence that names what is kept.
 """
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -41,6 +42,34 @@ def claim(run_dir, resuming):
     if not resuming and (run_dir / "metrics.jsonl").exists():
         raise SystemExit(f"spade.py: {run_dir} holds a run that saved no checkpoint; remove it or give another --out")
     _LOCKS.append(lock)
+
+
+@contextlib.contextmanager
+def claimed(run_dir, resuming, rank):
+    """`claim` on rank 0, for a block that sets the run up: a directory it made is removed again where the
+    block fails before anything but the lock was written (a model that does not load, say)."""
+    made = rank == 0 and not run_dir.exists()
+    if rank == 0:
+        claim(run_dir, resuming)
+    try:
+        yield
+    except BaseException:
+        if made and [p.name for p in run_dir.iterdir()] == [".lock"]:
+            (run_dir / ".lock").unlink()
+            run_dir.rmdir()
+        raise
+
+
+def running(run_dir):
+    """Whether a process holds the run directory (`claim`)."""
+    try:
+        with open(Path(run_dir) / ".lock") as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:   # no lock file: no run has held it
+        return False
+    return False
 
 
 def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, rank):
@@ -98,8 +127,9 @@ def read_pointer(run_dir):
     run_dir = Path(run_dir)
     latest = run_dir / "latest"
     if not latest.is_file():
-        raise SystemExit(f"spade.py: no checkpoint to resume in {run_dir} (--resume takes a run's directory, "
-                         f"the one that holds `latest`)")
+        raise SystemExit(f"spade.py: another process is running in {run_dir}, which has no checkpoint yet"
+                         if running(run_dir) else f"spade.py: no checkpoint to resume in {run_dir} (--resume takes "
+                         f"a run's directory, the one that holds `latest`)")
     try:
         pointer = json.loads(latest.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):

@@ -17,28 +17,34 @@ import json
 import os
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 import regret
 
-CURVES = [("agent/reward", "agent reward (mean episode return)"),
-          ("designer/regret", "hint regret (R_hint - R_nohint, new envs)"),
-          ("designer/valid_rate", "designer validity (valid / slots)"),
-          ("agent/band_share", "share of envs with win rate in [0.2, 0.8]"),
-          ("designer/env_lines", "environment length (lines)")]
+# The panels, each on its value's range (widened where a value falls outside; None: from the data).
+CURVES = [("agent/reward", "agent reward (mean episode return)", (-1, 1)),
+          ("designer/regret", "hint regret (R_hint - R_nohint, new envs)", (-1, 1)),
+          ("designer/valid_rate", "designer validity (valid / slots)", (0, 1)),
+          ("agent/band_share", "share of envs with win rate in [0.2, 0.8]", (0, 1)),
+          ("designer/env_lines", "environment length (lines)", (0, None))]
 SHOWN = [("agent/reward", "reward", "{:+.3f}"), ("designer/reward", "designer", "{:.3f}"),
          ("designer/valid_rate", "valid", "{:.2f}"), ("designer/regret", "regret", "{:+.3f}"),
          ("agent/band_share", "band", "{:.2f}"), ("agent/samples", "trained", "{:d}"), ("tokens_per_s", "tok/s", "{:.0f}"),
          ("rlve/mean_top_level", "rlve level", "{:.2f}"), ("grpo/loss", "loss", "{:+.4f}")]
 
 
-def eta(step_seconds, steps_left):
-    """Time left at the mean pace of the steps seen (regen steps included, so a whole epoch is the unit).
+def eta(steps, steps_left, regens_left):
+    """Time left: the steps left at the mean pace of the steps seen without their design and hints, plus
+    the regen steps left at the mean design and hints time of the regen steps seen. `steps`: (seconds,
+    of them design and hints) of each step seen.
 
-    >>> eta([30.0, 10.0], 180), eta([2.0], 3), eta([1.0], 0)
+    >>> eta([(50.0, 40.0), (10.0, 0.0)], 180, 45), eta([(2.0, 0.0)], 3, 0), eta([(3.0, 2.0)], 0, 0)
     ('1h00m', '6s', '0s')
     """
-    seconds = round(sum(step_seconds) / len(step_seconds) * steps_left)
+    regens = [design for _, design in steps if design > 0]
+    seconds = round(sum(total - design for total, design in steps) / len(steps) * steps_left
+                    + (sum(regens) / len(regens) if regens else 0.0) * regens_left)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s")
 
@@ -56,6 +62,20 @@ def agent_metrics(played, episodes):
 def designer_metrics(batch):
     """The designer's line of a step that scored an epoch: its samples' mean raw reward x."""
     return {"designer/reward": sum(x for _, x in batch) / len(batch), "designer/samples": len(batch)} if batch else {}
+
+
+def config_lines(cfg):
+    """The run's header (spade.py config prints it too): every value by the layer that set it
+    (spade.layers, each over those before it); empty values and flags that are off left out."""
+    values = {**dataclasses.asdict(cfg), **dataclasses.asdict(cfg.unflagged)}
+    by_layer = {}
+    for name, layer in cfg.source.items():
+        if values.get(name, "") != "" and values[name] is not False:
+            by_layer.setdefault(layer, []).append(f"{name}={values[name]}")
+    return ["config, each value under the layer that set it (later layers win; METHOD.md 7.3):"] + [
+        textwrap.fill(" ".join(cells), 110, initial_indent=f"  {layer}: ", subsequent_indent="    ",
+                      break_on_hyphens=False, break_long_words=False)
+        for layer, cells in by_layer.items()]
 
 
 class Log:
@@ -76,11 +96,10 @@ class Log:
             print(message, flush=True)
 
     def config(self, sandbox=None):
-        """The config line and config.json; `sandbox`: the isolation that holds (sandbox.summary())."""
-        knobs, fixed = dataclasses.asdict(self.cfg), dataclasses.asdict(self.cfg.fixed)
-        self.print("config: " + " ".join(f"{k}={v}" for k, v in knobs.items())
-                   + " | fixed: " + " ".join(f"{k}={v}" for k, v in fixed.items()))
-        config = {**knobs, "fixed": fixed, "sandbox": sandbox}
+        """The config's lines and config.json; `sandbox`: the isolation that holds (sandbox.summary())."""
+        self.print("\n".join(config_lines(self.cfg)))
+        config = {**dataclasses.asdict(self.cfg), "unflagged": dataclasses.asdict(self.cfg.unflagged),
+                  "source": self.cfg.source, "sandbox": sandbox}
         if not self.quiet:
             (self.run_dir / "config.json").write_text(json.dumps(config, indent=1))
 
@@ -89,9 +108,10 @@ class Log:
             return
         cells = [f"{label} {fmt.format(metrics[key])}" for key, label, fmt in SHOWN if key in metrics]
         phases = " ".join(f"{k[5:]} {v:.1f}s" for k, v in metrics.items() if k.startswith("time/"))
-        self.step_seconds.append(metrics["seconds"])
-        print(f"step {metrics['step']:4d} | {metrics['seconds']:6.1f}s | " + " | ".join(cells)
-              + f" | {phases} | eta {eta(self.step_seconds, self.cfg.steps - metrics['step'] - 1)}", flush=True)
+        self.step_seconds.append((metrics["seconds"], metrics.get("time/design", 0) + metrics.get("time/hints", 0)))
+        left = range(metrics["step"] + 1, self.cfg.steps)
+        print(f"step {metrics['step']:4d} | {metrics['seconds']:6.1f}s | " + " | ".join(cells) + f" | {phases} | eta "
+              f"{eta(self.step_seconds, len(left), sum(s % self.cfg.regen_interval == 0 for s in left))}", flush=True)
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(metrics) + "\n")
         if self.wandb:
@@ -183,26 +203,32 @@ def read_run(run_dir):
     return metrics, samples, rejected, plays
 
 
-def plot_curriculum(metrics, path):
+def plot_curriculum(metrics, path, note=""):
+    """curriculum.png: a panel per CURVES entry on its value's range, `note` (a run without a valid
+    environment) above them."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
-    fig, axes = plt.subplots(len(CURVES), 1, figsize=(8, 2.2 * len(CURVES)), sharex=True)
-    for ax, (key, title) in zip(axes, CURVES):
+    fig, axes = plt.subplots(len(CURVES), 1, figsize=(8, 2.2 * len(CURVES) + 0.4 * bool(note)), sharex=True)
+    for ax, (key, title, (lo, hi)) in zip(axes, CURVES):
         points = [(m["step"], m[key]) for m in metrics if key in m]
+        values = [value for _, value in points]
         if points:
             ax.plot(*zip(*points), marker="o", markersize=3)
         else:
-            ax.text(0.5, 0.5, "no data in this run (no valid new environment)" if key.startswith("designer/")
-                    else "no data in this run", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, "no data in this run", ha="center", va="center", transform=ax.transAxes)
+        lo, hi = min([lo, *values]), max([1 if hi is None else hi, *values])
+        ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
         ax.set_title(title, fontsize=10, loc="left")
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("step")
     axes[-1].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    if note:
+        fig.suptitle(note, fontsize=10, color="#b00")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def transcript_html(messages):
@@ -230,29 +256,46 @@ def plays_html(plays):
             f"steps, with the environment's win rate at that step.</p>{rows}")
 
 
+def no_valid_note(metrics, samples):
+    """One line for a self-play run whose designer wrote no valid environment, else ''."""
+    designed = any("designer/valid_rate" in m for m in metrics)
+    return ("The designer wrote no valid environment in this run: the agent played seed environments only, "
+            "and the designer's panels are empty or flat." if designed and not samples else "")
+
+
+def last_step_html(last):
+    """The last step's metrics, a row per group as the README's metric table has them."""
+    groups = {}
+    for key, value in last.items():
+        if isinstance(value, (int, float)) and key != "step":
+            group, _, name = key.rpartition("/")
+            groups.setdefault(group or "step", []).append(f"{name} {value:.3g}")
+    rows = "".join(f"<tr><th>{html.escape(group)}</th><td>{html.escape(' · '.join(cells))}</td></tr>"
+                   for group, cells in groups.items())
+    return f"<p>last step ({last.get('step')}):</p><table>{rows}</table>" if rows else ""
+
+
 def write_html(run_dir, metrics, samples, rejected, path, plays=()):
-    last = metrics[-1] if metrics else {}
     is_baseline = not any("designer/valid_rate" in m for m in metrics)
+    note = no_valid_note(metrics, samples)
     cards = []
     for s in samples:
         cards.append(f"""<section><h2>{html.escape(s['env_id'])}</h2>
 <p>skill <b>{html.escape(s['skill'])}</b> &middot; step {s['step']} &middot; win rate {s['win_rate']:.2f}
  &middot; regret {s['regret']:+.2f} &middot; {len(s['code'].splitlines())} lines</p>
-<p><b>Hint:</b> {html.escape(s['hint']) or '<i>none</i>'}</p>
+<p><b>Hint</b> (the policy's words, as written): <code>{html.escape(s['hint']) or '<i>none</i>'}</code></p>
 <details><summary>code</summary><pre>{html.escape(s['code'])}</pre></details>
 <details><summary>unhinted play ({html.escape(s.get('unhinted_status', ''))})</summary>{transcript_html(s['unhinted_transcript'])}</details>
 <details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>""")
     body = "\n".join(cards) or ("<p>A baseline run: no designer.</p>" if is_baseline else
-                                 "<p>The designer wrote no valid environment in this run (its rejected attempts are below);"
-                                 " the pool was topped up from envs/, and what the agent played there is under Plays.</p>")
-    summary = " &middot; ".join(f"{k} {v:.3g}" for k, v in last.items() if isinstance(v, float) and "/" in k)
-    isolation = sandbox_line(run_dir)
+                                 "<p>None: the rejected attempts are below, and what the agent played under Plays.</p>")
+    isolation = sandbox_line(run_dir) + (f'<p style="color:#b00;font-weight:bold">{note}</p>' if note else "")
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {html.escape(Path(run_dir).name)}</title>
 <style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;
 overflow-x:auto;white-space:pre-wrap}} section{{border-top:1px solid #ccc;margin-top:1.5em}} .msg.assistant pre{{background:#eef5ff}}
-img{{max-width:100%}}</style></head><body>
-<h1>spade run {html.escape(Path(run_dir).name)}</h1><p>{len(metrics)} steps &middot; {len(samples)} generated environments &middot; {len(rejected)} rejected attempts</p>
-<p>last step: {summary}</p>{isolation}<img src="curriculum.png" alt="curriculum plots">
+img{{max-width:100%}} th{{text-align:left;padding-right:1em}}</style></head><body>
+<h1>spade run {html.escape(Path(run_dir).name)}</h1>{isolation}<p>{len(metrics)} steps &middot; {len(samples)} generated environments &middot; {len(rejected)} rejected attempts</p>
+{last_step_html(metrics[-1] if metrics else {})}<img src="curriculum.png" alt="curriculum plots">
 <h1>Generated environments</h1>{body}{rejected_html(rejected)}{plays_html(plays)}</body></html>""")
 
 
@@ -281,7 +324,8 @@ def main(argv=None):
         out.mkdir(exist_ok=True)
     except OSError as e:
         raise SystemExit(f"report: cannot write {out}: {e.strerror or e}")
-    plot_curriculum(metrics, out / "curriculum.png")
+    import matplotlib.pyplot as plt
+    plt.close(plot_curriculum(metrics, out / "curriculum.png", no_valid_note(metrics, samples)))
     write_html(argv[0], metrics, samples, rejected, out / "index.html", plays)
     print(f"report: {out / 'index.html'} and {out / 'curriculum.png'} ({len(metrics)} steps, {len(samples)} environments)")
 

@@ -20,7 +20,7 @@ from baselines import rlve
 from designer import builtin_corpus, load_corpus
 from envs import load_pool
 from infra import engine, models, report
-from infra.checkpoint import claim, damaged, kl_reference, read_pointer, restore
+from infra.checkpoint import claimed, damaged, kl_reference, read_pointer, restore
 from infra.launch import RankAgreement, TensorParallelGroup, from_rank_0, install_sigint_handler, setup_distributed
 
 ROOT = Path(__file__).resolve().parents[1]   # the project: envs/ and the settings' seed pools
@@ -57,29 +57,28 @@ def set_up(cfg, setting):
     rank, world = setup_distributed()
     cfg.out = from_rank_0(cfg.out, world)   # one start time in out/{time}: rank 0's
     run_dir = Path(cfg.resume or cfg.out)
-    if rank == 0:
-        claim(run_dir, resuming=bool(cfg.resume))
-    pointer = read_pointer(run_dir) if cfg.resume else None
-    checkpoint = run_dir / pointer["checkpoint"] if pointer else None
-    log = report.Log(run_dir, cfg, rank)
-    random.seed(cfg.seed), torch.manual_seed(cfg.seed)
-    # The sandbox every environment runs in: started first, so a machine that cannot isolate model-written
-    # code stops here, in one sentence (RLVE's environments are a package's, not a model's).
-    # What the environments grow from, the corpus or a baseline's fixed pool, is read before the model
-    # loads: a bad file is then an error in seconds, not after minutes.
-    try:
-        isolation = None if cfg.rlve else sandbox.summary()   # the layers that hold, and any missing
-        if isolation:
-            log.print("sandbox: " + isolation)
-        fixed_pool = load_pool(cfg.pool, max_turns=cfg.max_turns) if cfg.pool else None
-        words = cfg.fixed.corpus_max_words
-        corpus = None if cfg.corpus == "none" or cfg.pool or cfg.rlve else (
-            load_corpus(cfg.corpus, words) if cfg.corpus else builtin_corpus(words))
-    except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
-        raise SystemExit(f"spade.py: {e}")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer, gen, ref_model, optimizer, params = load_trainer(cfg, checkpoint, device, world,
-                                                                       step=pointer["step"] if pointer else 0)
+    with claimed(run_dir, bool(cfg.resume), rank):   # a run that fails before it begins leaves no directory
+        pointer = read_pointer(run_dir) if cfg.resume else None
+        checkpoint = run_dir / pointer["checkpoint"] if pointer else None
+        log = report.Log(run_dir, cfg, rank)
+        random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+        # The sandbox every environment runs in: started first, so a machine that cannot isolate
+        # model-written code stops here, in one sentence (RLVE's environments are a package's, not a
+        # model's). What the environments grow from, the corpus or a baseline's fixed pool, is read
+        # before the model loads: a bad file is then an error in seconds, not after minutes.
+        try:
+            isolation = None if cfg.rlve else sandbox.summary()   # the layers that hold, and any missing
+            if isolation:
+                log.print("sandbox: " + isolation)
+            fixed_pool = load_pool(cfg.pool, max_turns=cfg.max_turns) if cfg.pool else None
+            words = cfg.unflagged.corpus_max_words
+            corpus = None if cfg.corpus == "none" or cfg.pool or cfg.rlve else (
+                load_corpus(cfg.corpus, words) if cfg.corpus else builtin_corpus(words))
+        except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
+            raise SystemExit(f"spade.py: {e}")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, tokenizer, gen, ref_model, optimizer, params = load_trainer(cfg, checkpoint, device, world,
+                                                                           step=pointer["step"] if pointer else 0)
     skills = cfg.skill_list()
     seeds = [e for e in load_pool(ROOT / setting.seeds, validate=False) if e.skill in skills]
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
@@ -126,12 +125,12 @@ def load_trainer(cfg, checkpoint, device, world, step=0):
     gen = RankAgreement(gen) if world > 1 else gen           # in lockstep, ranks must ask for the same prompts
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     params = dict(agent=agent_params,
-                  designer=dataclasses.replace(agent_params, max_new_tokens=cfg.fixed.designer_max_tokens),
-                  hint=engine.SamplingParams(cfg.fixed.hint_temperature, top_p=0.9, top_k=0,
-                                             max_new_tokens=cfg.fixed.hint_max_tokens),
+                  designer=dataclasses.replace(agent_params, max_new_tokens=cfg.unflagged.designer_max_tokens),
+                  hint=engine.SamplingParams(cfg.unflagged.hint_temperature, top_p=0.9, top_k=0,
+                                             max_new_tokens=cfg.unflagged.hint_max_tokens),
                   # where the setting audits: the policy's verdict on what passed the gate (3.1 step 4)
                   audit=engine.SamplingParams(0.3, top_p=0.9, top_k=0,
-                                              max_new_tokens=min(16384, cfg.fixed.designer_max_tokens)))
+                                              max_new_tokens=min(16384, cfg.unflagged.designer_max_tokens)))
     return model, tokenizer, gen, ref_model, grpo.make_optimizer(model, lr=cfg.lr), params
 
 

@@ -18,7 +18,7 @@ class FakeEpisode:  # the fields of agent.Episode that the log reads
 
 
 def test_log_then_report(tmp_path, capsys):
-    cfg = SimpleNamespace(wandb=False, run="r", steps=10)
+    cfg = SimpleNamespace(wandb=False, run="r", steps=10, regen_interval=4)
     log = report.Log(tmp_path, cfg)
     env = SimpleNamespace(env_id="game_00000_000_optimization", skill="Optimization", code="class KnapEnv:\n    pass\n")
     regen = SimpleNamespace(envs=[env], hints=["Weigh before you load."], rejected=[
@@ -40,7 +40,7 @@ def test_log_then_report(tmp_path, capsys):
 
 
 def test_a_resume_forgets_what_the_steps_after_its_checkpoint_wrote(tmp_path):
-    log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=10))
+    log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=10, regen_interval=4))
     for step in range(5):
         log.step({"step": step, "seconds": 1.0})
         (tmp_path / "samples" / f"step_{step:05d}").mkdir(parents=True)
@@ -52,7 +52,7 @@ def test_a_resume_forgets_what_the_steps_after_its_checkpoint_wrote(tmp_path):
 
 
 def test_the_report_of_a_run_cut_short_skips_what_it_cannot_read(tmp_path, capsys):
-    log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=10))
+    log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=10, regen_interval=4))
     log.step({"step": 0, "seconds": 1.0, "agent/reward": 0.5})
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('[1, 2]\n{"step": 1, "agent/rew')
@@ -91,3 +91,29 @@ def test_the_report_says_which_isolation_layer_was_missing(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"sandbox": "jail, namespaces, memory, uid, syscalls"}))
     report.write_html(tmp_path, [], [], [], tmp_path / "index.html")
     assert "<p>sandbox: jail, namespaces, memory, uid, syscalls</p>" in (tmp_path / "index.html").read_text()
+
+
+def test_the_eta_counts_design_and_hints_only_on_the_regen_steps_left(tmp_path, capsys):
+    # 6 steps, R 3: step 0 spends 8 of its 10 s on design and hints; step 1 takes 2 s; step 3 designs again.
+    log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=6, regen_interval=3))
+    log.step({"step": 0, "seconds": 10.0, "time/design": 7.0, "time/hints": 1.0})
+    log.step({"step": 1, "seconds": 2.0})
+    etas = [line.rsplit("eta ", 1)[1] for line in capsys.readouterr().out.splitlines()]
+    assert etas == ["18s", "16s"]    # 5 x 2 s + 8 s, then 4 x 2 s + 8 s (the mean pace: 50s, then 24s)
+
+
+def test_the_panels_are_drawn_on_their_ranges_and_a_run_without_a_valid_environment_says_so(tmp_path):
+    flat = [{"step": s, "agent/reward": 0.0, "designer/valid_rate": 0.0, "agent/band_share": 0.0,
+             "designer/regret": 0.0} for s in range(3)]
+    fig = report.plot_curriculum(flat, tmp_path / "c.png", report.no_valid_note(flat, []))
+    limits = {key: ax.get_ylim() for (key, _, _), ax in zip(report.CURVES, fig.axes)}
+    assert limits["agent/reward"][0] < -0.99 and limits["agent/reward"][1] > 0.99
+    assert limits["designer/regret"][0] < -0.99 and limits["designer/regret"][1] > 0.99
+    for share in ("designer/valid_rate", "agent/band_share"):
+        assert -0.1 < limits[share][0] < 0 and 1 < limits[share][1] < 1.1
+    assert "no valid environment" in fig.texts[0].get_text()
+    report.write_html(tmp_path, flat, [], [], tmp_path / "index.html")
+    page = (tmp_path / "index.html").read_text()
+    assert page.index("The designer wrote no valid environment in this run") < page.index("curriculum.png")
+    assert "<tr><th>agent</th><td>reward 0 · band_share 0</td></tr><tr><th>designer</th>" in page
+    assert not report.no_valid_note([{"step": 0, "agent/reward": 0.5}], [])      # a baseline: no designer

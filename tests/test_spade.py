@@ -174,14 +174,14 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path):
     (["--pool", "/nonexistent/pool"], "pool not found"),
     (["--corpus", "/nonexistent/docs.jsonl"], "corpus file not found"),
     (["--plays-per-env", "1"], "at least 2"),
-    (["--regen-interval", "0"], "--num-envs, --steps, --regen-interval, --save-every, --max-turns and --max-new"),
+    (["--regen-interval", "0"], "spade.py: --regen-interval must be positive\n"),   # the flag given, alone
     (["--setting", "tool-use"], "--setting must be one of games, tool_use, not 'tool-use'"),   # not a skills error
     (["--plateau-band", "0.6,0.4,0.25"], "--plateau-band must be lo,hi,ramp"),
-    (["--designer-reward", "vibes"], "unknown --designer-reward 'vibes'; one of ['blend', "),
+    (["--designer-reward", "vibes"], "--designer-reward must be one of blend, solve_rate, "),
     (["--skills", "Juggling"], "unknown games skill"),
     (["--skills", "Optimization,Logical Deduction,Optimization"], "--skills names a skill twice"),
     (["--resume", "/nonexistent/run"], "no checkpoint to resume in /nonexistent/run (--resume takes a run's"),
-    (["--thinking", "maybe"], "--thinking must be on or off"),
+    (["--thinking", "maybe"], "--thinking must be one of on, off, not 'maybe'"),
     (["--tp", "-1"], "--tp must be 0"),
     (["--tp", "2"], "--tp 2 needs --engine vllm and as many ranks"),
     (["--rlve", "--pool", str(ROOT / "envs")], "--rlve and --pool are two baselines"),
@@ -201,6 +201,7 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     (["--top-k", "-1"], "--top-k >= 0"), (["--save-every", "0"], "--save-every"),
     (["--max-turns", "0"], "--max-turns"), (["--max-new-tokens", "0"], "--max-new-tokens must be positive"),
     (["--max-context", "10"], "--max-context must be at least 1024"), (["--lr", "-1"], "--lr must be positive"),
+    (["--steps", "-1"], "spade.py: --steps must be positive"), (["--engine", "x"], "--engine must be one of auto,"),
     (["--kl-coef", "-1"], "--kl-coef at least 0"), (["--seed", str(2**64)], "--seed must be in"),
     (["--rlve", "--setting", "tool_use"], "--rlve is a baseline of the games setting"),
 ])
@@ -229,7 +230,7 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     cfg = parse_config(["--resume", str(tmp_path), "--steps", "4", "--save-every", "1", "--model", "tiny"])
     assert (cfg.steps, cfg.save_every, cfg.resume) == (4, 1, str(tmp_path))
     assert {**dataclasses.asdict(cfg), "steps": 2, "save_every": saved["save_every"], "resume": ""} == saved
-    assert cfg.fixed.designer_max_tokens == 256                      # the tables apply to a resumed run too
+    assert cfg.unflagged.designer_max_tokens == 256                      # the tables apply to a resumed run too
     again = ["--model", "tiny", "--steps", "4", "--lr", "1e-5"]        # the original command line again
     assert parse_config(["--resume", str(tmp_path), *again]).steps == 4
     # --wandb is this invocation's (a run logged to W&B resumes where wandb is missing); a config written
@@ -245,6 +246,61 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
                                                  "config": {**saved, "beam_width": 4}}))
     with pytest.raises(SystemExit, match="written by another version of spade.py .*beam_width"):
         parse_config(["--resume", str(tmp_path), "--steps", "4"])
+    # A fork's setting (the toy's) is named, not refused as a --setting the user never gave.
+    (tmp_path / "latest").write_text(json.dumps({"version": 2, "checkpoint": "ckpt-00002", "step": 2,
+                                                 "config": {**saved, "setting": "toy"}}))
+    with pytest.raises(SystemExit, match=f"is a run of the setting 'toy'.*python -m toy --resume {tmp_path}"):
+        parse_config(["--resume", str(tmp_path), "--steps", "4"])
+
+
+def test_a_resume_of_a_run_that_has_no_checkpoint_yet_names_the_process_that_holds_it(tmp_path):
+    from infra import checkpoint
+    from spade import parse_config
+    checkpoint.claim(tmp_path, resuming=False)                        # as a run still starting holds it
+    with pytest.raises(SystemExit, match=f"another process is running in {tmp_path}, which has no checkpoint yet"):
+        parse_config(["--resume", str(tmp_path), "--steps", "4"])
+
+
+def test_a_model_that_does_not_load_leaves_no_run_directory(tmp_path):
+    result = spade("--model", "does-not-exist", "--out", str(tmp_path / "run"), timeout=120,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_help_shows_what_a_plain_run_uses_and_where_it_comes_from_in_the_readmes_groups(capsys):
+    import spade
+    with pytest.raises(SystemExit):
+        spade.parse_config(["--help"])
+    raw = capsys.readouterr().out
+    text = " ".join(raw.split())                                      # argparse wraps the help
+    assert "--steps N rollout steps (= policy updates) [4, embedded; default 400]" in text
+    assert "--lr X AdamW learning rate (constant) [1e-05, embedded; default 1e-06]" in text
+    assert "[0.6, default]" in text and "(default: " not in text
+    assert "--setting {games,tool_use}" in text and "--thinking {on,off}" in text and "--engine {auto,hf,vllm}" in text
+    assert "--designer-reward {blend,solve_rate,regret_based,learning_potential}" in text
+    groups = spade.knob_groups()
+    assert sum(len(knobs) for _, knobs in groups) == len(dataclasses.fields(spade.Config))
+    assert [h for h in re.findall(r"^(\S.*):$", raw, re.M) if h != "options"] == [title for title, _ in groups]
+    readme = re.findall(r"^\| ([^|`]+?) \| (`--.+`) \|$", (ROOT / "README.md").read_text(), re.M)
+    assert readme == [(title, ", ".join(f"`{spade.flag(k)}`" for k, _ in knobs)) for title, knobs in groups]
+
+
+def test_the_config_verb_shows_every_value_under_the_layer_that_set_it(capsys):
+    import spade
+    spade.main(["config", "--setting", "tool_use", "--model", "Qwen3-8B", "--steps", "7"])
+    layers, layer = {}, None
+    for line in capsys.readouterr().out.splitlines()[1:]:
+        if not line.startswith("    "):
+            layer, line = line.strip().split(": ", 1)
+        layers.setdefault(layer, []).extend(line.split())
+    assert list(layers) == ["default", "setting", "model", "command line"]   # each over those before it
+    assert {"regen_interval=8", "hint_max_tokens=2048"} <= set(layers["setting"])
+    assert {"thinking=on", "kl_coef=0.005", "designer_max_tokens=20000"} <= set(layers["model"])  # over tool use's KL
+    assert {"steps=7", "model=Qwen3-8B"} <= set(layers["command line"]) and "top_p=0.95" in layers["default"]
+    assert not any(cell.startswith(("resume=", "no_memory=", "pool=")) for cells in layers.values() for cell in cells)
+    cfg = spade.configure({"model": "tiny", "lr": 1e-3}, saved={"model": "tiny", "steps": 2, "lr": 1e-3})
+    assert (cfg.source["steps"], cfg.source["lr"], cfg.source["max_turns"]) == ("saved run", "command line", "embedded")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test-vllm)")
@@ -281,7 +337,7 @@ def test_thirty_knobs_each_with_a_real_default():
     knobs = dataclasses.fields(spade.Config)
     assert len(knobs) <= 30
     assert all(f.default not in (-1, "auto") or f.name == "engine" for f in knobs)   # no sentinel to resolve
-    assert not {f.name for f in knobs} & {f.name for f in dataclasses.fields(spade.Fixed)}
+    assert not {f.name for f in knobs} & {f.name for f in dataclasses.fields(spade.Unflagged)}
 
 
 def test_the_embedded_preset_fits_either_setting():
@@ -289,8 +345,8 @@ def test_the_embedded_preset_fits_either_setting():
     from spade import parse_config
     games, tools = parse_config(["--model", "tiny"]), parse_config(["--model", "TINY-moe", "--setting", "tool_use"])
     assert (games.steps, games.skills) == (4, "Mathematical Reasoning,Pattern Recognition")
-    assert (tools.steps, tools.skills, tools.fixed.skills_per_regen) == (4, "Data Retrieval,State Modification", 2)
-    assert parse_config(["--model", "random-qwen3-1.7b:2"]).fixed.designer_max_tokens == 256
+    assert (tools.steps, tools.skills, tools.unflagged.skills_per_regen) == (4, "Data Retrieval,State Modification", 2)
+    assert parse_config(["--model", "random-qwen3-1.7b:2"]).unflagged.designer_max_tokens == 256
 
 
 def test_paper_columns_parse_and_derive():
@@ -299,14 +355,15 @@ def test_paper_columns_parse_and_derive():
     tool_4b = parse_config(["--setting", "tool_use", "--model", "Qwen3-4B"])
     assert (tool_4b.steps, tool_4b.regen_interval, tool_4b.num_envs, tool_4b.plays_per_env, tool_4b.designer_reward,
             tool_4b.kl_coef) == (500, 32, 16, 16, "regret_based", 0.005)
-    assert (tool_4b.fixed.skills_per_regen, tool_4b.fixed.hint_plays, tool_4b.fixed.hint_max_tokens,
-            tool_4b.fixed.designer_max_tokens) == (6, 4, 512, 16384)
+    assert (tool_4b.unflagged.skills_per_regen, tool_4b.unflagged.hint_plays, tool_4b.unflagged.hint_max_tokens,
+            tool_4b.unflagged.designer_max_tokens) == (6, 4, 512, 16384)
     tool_30b = parse_config(["--setting", "tool_use", "--model", "Qwen3-30B-A3B"])
-    assert (tool_30b.fixed.hint_max_tokens, tool_30b.kl_coef, tool_30b.regen_interval) == (2048, 0.005, 8)
+    assert (tool_30b.unflagged.hint_max_tokens, tool_30b.kl_coef, tool_30b.regen_interval) == (2048, 0.005, 8)
     games_8b = parse_config(["--model", "Qwen3-8B"])
-    assert (games_8b.fixed.designer_max_tokens, games_8b.kl_coef, games_8b.fixed.hint_max_tokens) == (20000, 0.005, 4096)
+    assert (games_8b.unflagged.designer_max_tokens, games_8b.kl_coef,
+            games_8b.unflagged.hint_max_tokens) == (20000, 0.005, 4096)
     two_skill = parse_config(["--model", "Qwen3-30B-A3B", "--skills", "Mathematical Reasoning,Pattern Recognition"])
-    assert (two_skill.fixed.skills_per_regen, two_skill.kl_coef) == (2, 0.0)
+    assert (two_skill.unflagged.skills_per_regen, two_skill.kl_coef) == (2, 0.0)
     assert two_skill.plateau() == dict(lo=0.4, hi=0.6, ramp=0.25)
     # METHOD 7.3: the 8B agent thinks (games and tool use); the instruct models do not.
     assert (games_8b.thinking, tool_30b.thinking, two_skill.thinking) == ("on", "off", "off")
@@ -314,8 +371,9 @@ def test_paper_columns_parse_and_derive():
     # The hub id an alias stands for, and a directory named after either, find the same row.
     for name in ("Qwen/Qwen3-8B", "/ckpt/Qwen3-8B"):
         cfg = parse_config(["--model", name])
-        assert (cfg.thinking, cfg.kl_coef, cfg.fixed) == (games_8b.thinking, games_8b.kl_coef, games_8b.fixed)
-    assert parse_config(["--setting", "tool_use", "--model", "/ckpt/Qwen3-4B-Instruct-2507"]).fixed.hint_max_tokens == 512
+        assert (cfg.thinking, cfg.kl_coef, cfg.unflagged) == (games_8b.thinking, games_8b.kl_coef, games_8b.unflagged)
+    tool_4b_dir = parse_config(["--setting", "tool_use", "--model", "/ckpt/Qwen3-4B-Instruct-2507"])
+    assert tool_4b_dir.unflagged.hint_max_tokens == 512
     assert parse_config(["--model", "random-runs/ckpt"]).steps != parse_config(["--model", "random-qwen3-8b"]).steps
     # The fixed-RLVE baseline: 16 plays per problem at temperature 1 unless given (METHOD 10).
     rlve_30b = parse_config(["--rlve", "--model", "Qwen3-30B-A3B"])
@@ -324,7 +382,7 @@ def test_paper_columns_parse_and_derive():
     assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 2            # the embedded preset's
     given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--regen-interval", "5",
                           "--plateau-band", "0.2,0.4,0.2"])
-    assert (given.kl_coef, given.regen_interval, given.fixed.designer_max_tokens) == (0.0, 5, 20000)
+    assert (given.kl_coef, given.regen_interval, given.unflagged.designer_max_tokens) == (0.0, 5, 20000)
     assert given.plateau() == dict(lo=0.2, hi=0.4, ramp=0.2)
 
 
