@@ -242,7 +242,7 @@ def load_pool(path, *, validate: bool = True, max_turns: int = PLAY_MAX_TURNS) -
             else:
                 rejected.append(f"{env.env_id}: {result.stage}: {result.error[:160]}")
         print(f"pool: {len(valid)}/{len(candidates)} environments valid ({skipped} skipped)")
-    if rejected:
+    if rejected and valid:   # none valid: the error below says it once
         print(f"WARNING: {len(rejected)} of {len(candidates)} pool environments failed validation and are "
               "left out; the first: " + " | ".join(rejected[:3]), flush=True)
     if not valid:

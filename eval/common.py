@@ -9,8 +9,6 @@ raises `Unavailable` with one sentence saying what is missing. Nothing here catc
 import dataclasses
 import json
 import math
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,37 +30,7 @@ class Options:
     seed: int = 0
     paths: dict = field(default_factory=dict)  # user data: {"aime2026": ..., "lcb": ..., "gpqa": ...}
     endpoints: dict = field(default_factory=dict)  # {"agent": url, "user": url, "user_model": name}
-    progress: "Progress | None" = None  # the running benchmark's bar (eval/run.py makes one per benchmark)
-
-
-class Progress:
-    """One benchmark's progress bar on stderr: completions generated of those asked for so far (a
-    multi-turn benchmark asks for more as its dialogues go on). Redrawn in place on a terminal; in a
-    log, one line when the benchmark ends; none for a benchmark that generated nothing."""
-
-    WIDTH = 24
-
-    def __init__(self, name: str, stream=None):
-        self.name, self.stream = name, stream or sys.stderr
-        self.done = self.total = 0
-        self.start = time.time()
-        self.live = self.stream.isatty()
-
-    def add(self, asked: int = 0, done: int = 0):
-        self.total, self.done = self.total + asked, self.done + done
-        if self.live:
-            self.stream.write("\r" + self.line())
-            self.stream.flush()
-
-    def line(self) -> str:
-        filled = self.WIDTH * self.done // max(self.total, 1)
-        return (f"{self.name:<16} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {self.done}/{self.total} "
-                f"completions, {time.time() - self.start:.0f} s")
-
-    def close(self):
-        if self.total:   # a benchmark that could not run asked for nothing: no bar
-            self.stream.write(("\r" if self.live else "") + self.line() + "\n")
-            self.stream.flush()
+    progress: object = None  # the running benchmark's tqdm bar of completions (eval/run.py makes one each)
 
 
 @dataclass
@@ -114,16 +82,17 @@ def generate_texts(engine, prompts: list[list[int]], params: SamplingParams, opt
     prompt at position p of the whole list always samples with `options.seed + p`.
     """
     out = []
-    if options.progress:
-        options.progress.add(asked=len(prompts))
+    if options.progress is not None:   # a multi-turn benchmark asks for more as its dialogues go on
+        options.progress.total += len(prompts)
+        options.progress.refresh()
     for start in range(0, len(prompts), options.batch_size):
         batch_params = dataclasses.replace(params, seed=options.seed + start)
         for completion in engine.generate(prompts[start:start + options.batch_size], batch_params):
             text = engine.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
             out.append({"response": text, "finish_reason": completion.finish_reason,
                         "num_tokens": len(completion.token_ids)})
-        if options.progress:
-            options.progress.add(done=len(prompts[start:start + options.batch_size]))
+        if options.progress is not None:
+            options.progress.update(len(prompts[start:start + options.batch_size]))
     return out
 
 

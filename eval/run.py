@@ -24,11 +24,12 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from infra import engine
 from infra import models
 from eval import aime, bfcl, external, gpqa, livecodebench, reasoning_gym_hard, table
-from eval.common import Options, Progress, Unavailable
+from eval.common import Options, Unavailable
 
 BENCHMARKS = {  # name -> (suite, evaluate(engine, tokenizer, options) -> result)
     "aime2025": ("games", aime.evaluate_2025),
@@ -45,7 +46,8 @@ SMOKE = dict(limit=1, samples=1, turns=1, max_new_tokens=256)   # the CPU defaul
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m eval.run", description=__doc__.split("\n")[0],
+                                usage="python -m eval.run --model MODEL --suite {games,tool_use} [options: --help]")
     p.add_argument("--model", required=True, help="alias (tiny, smollm2-135m, Qwen3-4B, ...), checkpoint directory or hub id")
     p.add_argument("--suite", required=True, choices=["games", "tool_use"])
     p.add_argument("--benchmarks", nargs="+", choices=sorted(BENCHMARKS), help="a subset of the suite (default: all of it)")
@@ -104,7 +106,7 @@ def options_from(args, on_gpu: bool) -> Options:
 def run_benchmark(name: str, generator, tokenizer, options: Options) -> tuple[dict, list]:
     """(the result JSON, the samples) of one benchmark; an Unavailable one is a result with its reason."""
     start = time.time()
-    options = dataclasses.replace(options, progress=Progress(name))
+    options = dataclasses.replace(options, progress=tqdm(total=0, desc=name, unit="completion", disable=None))
     try:
         result = BENCHMARKS[name][1](generator, tokenizer, options)
     except Unavailable as e:

@@ -3,7 +3,7 @@
     python -m eval.table out/eval/base-games out/eval/spade-games     # base vs trained, with a delta
 
 Each argument is a run directory written by `python -m eval.run` (one `<benchmark>.json` per
-benchmark). Cells are percents with one decimal; "—" marks a benchmark that could not run, and
+benchmark); its row is named after the model it evaluated, as eval.run printed it. Cells are percents with one decimal; "—" marks a benchmark that could not run, and
 the reason is printed once under the table. Avg is the mean of the columns the paper averages
 (Table 1: the eight benchmark columns; Table 2: the three group averages), over those that ran; a
 `*` marks an average over fewer columns than the paper's. Delta compares each run with the first,
@@ -122,11 +122,21 @@ def notes(runs: list[tuple[str, dict]], suite: str) -> list[str]:
     return lines
 
 
+def model_of(directory, results: dict) -> str:
+    """The model a run directory's results name (eval.run writes it into each), else the folder's name."""
+    models = {result.get("model") for result in results.values()}
+    model = models.pop() if len(models) == 1 else None
+    return model if isinstance(model, str) else Path(directory).name
+
+
 def main(argv=None):
     directories = sys.argv[1:] if argv is None else argv
     if not directories:
         raise SystemExit("usage: python -m eval.table RUN_DIR [RUN_DIR ...]")
-    runs = [(Path(d).name, load_run(d)) for d in directories]
+    runs = [(d, load_run(d)) for d in directories]
+    labels = [model_of(d, results) for d, results in runs]
+    runs = [(label if labels.count(label) == 1 else f"{label} ({Path(d).name})", results)   # one model twice
+            for label, (d, results) in zip(labels, runs)]
     suites = {result["suite"] for _, results in runs for result in results.values()}
     if len(suites) != 1:
         raise SystemExit(f"error: these runs mix suites {sorted(suites)}; compare runs of one suite")

@@ -624,10 +624,11 @@ def test_a_json_list_of_records_with_slug_skills_and_one_name_twice(tmp_path):
     assert [(e.env_id, e.skill) for e in pool] == [("game_000001", "Optimization"), ("game_000001_2", "Optimization")]
 
 
-def test_a_pool_with_nothing_valid_is_an_error_not_an_empty_run(tmp_path):
+def test_a_pool_with_nothing_valid_is_an_error_not_an_empty_run(tmp_path, capsys):
     (tmp_path / "pool.jsonl").write_text(json.dumps({"code": "class BrokenEnv:\n    def reset(self, seed=None:\n"}))
     with pytest.raises(ValueError, match="no valid environment in .*pool.jsonl.*syntax"):
         envs.load_pool(tmp_path / "pool.jsonl")
+    assert "SyntaxError" not in capsys.readouterr().out      # the error says why, once: no WARNING before it
     (tmp_path / "notes.jsonl").write_text("[1, 2")
     with pytest.raises(ValueError, match="is not a pool"):
         envs.load_pool(tmp_path / "notes.jsonl")

@@ -134,17 +134,23 @@ def test_the_cpu_defaults_are_a_smoke_run_and_full_is_one_flag_away(capsys):
         assert (full.limit, full.samples, full.turns, full.max_new_tokens) == (None, None, None, None)
 
 
-def test_a_benchmark_shows_its_progress(tmp_path, capsys):
+def test_a_benchmark_shows_its_progress_as_a_tqdm_bar(tmp_path, capsys):
+    from tqdm import tqdm
     from infra.models import tiny_model
     model, tokenizer = tiny_model()
     stream = io.StringIO()
-    options = Options(batch_size=2, max_new_tokens=2, progress=common.Progress("aime2025", stream))
+    options = Options(batch_size=2, max_new_tokens=2, progress=tqdm(total=0, desc="aime2025", file=stream, disable=False))
     common.generate_texts(engine.make_engine(model, tokenizer), [[5, 6]] * 3, SamplingParams(max_new_tokens=2), options)
     options.progress.close()
-    assert stream.getvalue().startswith("aime2025") and "[########################] 3/3 completions" in stream.getvalue()
-    run.main(["--model", "tiny", "--suite", "games", "--benchmarks", "aime2025", "aime2026", "--out", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert "aime2025" in err and "1/1 completions" in err and "aime2026" not in err   # it could not run: no bar
+    assert "aime2025: 100%" in stream.getvalue() and "3/3" in stream.getvalue()
+
+
+def test_a_bad_flag_is_a_short_usage_under_the_command_people_type(capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--model", "tiny", "--suite", "games", "--benchmarks", "nope"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "usage: python -m eval.run --model MODEL --suite {games,tool_use} [options: --help]"
+    assert err[1].startswith("python -m eval.run: error: argument --benchmarks: invalid choice: 'nope'") and len(err) == 2
 
 
 @pytest.mark.parametrize("flag", ["--samples", "--threads", "--batch-size", "--limit", "--turns"])
@@ -437,11 +443,14 @@ def test_end_to_end_with_the_tiny_model(tmp_path, capsys):
 def test_table_compares_two_saved_runs(capsys):
     table.main([str(FIXTURES / "runs" / "base"), str(FIXTURES / "runs" / "trained")])
     lines = capsys.readouterr().out.splitlines()
+    assert [line.split("|")[0].strip() for line in lines[2:4]] == ["Qwen3-4B", "out/spade-4b/ckpt-00400/model"]
     assert lines[0].split("|")[1].strip() == "AIME'25" and lines[0].split("|")[-1].strip() == "Δ"
     base, trained = lines[2].split("|"), lines[3].split("|")
     assert [c.strip() for c in base[1:5]] == ["47.4", "—", "55.9", "—"]
     assert trained[-2].strip() == "42.6*" and trained[-1].strip() == "+6.3"  # (48.9+58.1+44.6+19.8+23.1+60.8)/6
     assert sum("— aime2026" in line for line in lines) == 1  # each reason once
+    table.main([str(FIXTURES / "runs" / "base")] * 2)                        # one model twice: its folders too
+    assert capsys.readouterr().out.splitlines()[2].startswith("Qwen3-4B (base) |")
 
 
 def test_a_model_that_cannot_be_loaded_is_one_message(tmp_path):
