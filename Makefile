@@ -48,6 +48,8 @@ demo: $(VENV)/.installed sandbox-jail
 	$(PY) spade.py
 
 # The toy run (toy/): the tiny model taught a handful of behaviours, then the real loop; its curves move.
+# Each run gets a directory of its own, out/toy/<time>, as spade.py's runs do: a second `make demo-toy`
+# is a new run that writes over nothing, and the taught model (out/toy/taught-model) is taught once.
 demo-toy: $(VENV)/.installed sandbox-jail
 	$(PY) -m toy
 

@@ -7,6 +7,10 @@ was scored on, and its reward) and `grpo.update` (what reached the loss).
 """
 import json
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +21,7 @@ import toy
 from infra import models
 
 STEPS = 6
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def plateau(w, lo=0.4, hi=0.6, ramp=0.25):   # METHOD 6.3, written out again for the check
@@ -25,7 +30,7 @@ def plateau(w, lo=0.4, hi=0.6, ramp=0.25):   # METHOD 6.3, written out again for
 
 @pytest.fixture(scope="module")
 def taught(tmp_path_factory):
-    return toy.taught_model(tmp_path_factory.mktemp("toy") / "model")
+    return toy.taught_model(tmp_path_factory.mktemp("toy") / "taught-model")   # where toy.main looks
 
 
 def toy_run(taught, out, monkeypatch, *flags):
@@ -85,6 +90,25 @@ def test_the_designer_learns_to_write_the_game_a_hint_helps_in(taught, tmp_path,
     after = final_choice(tmp_path / "run")
     assert after["hint_game"] >= 0.6 and after["hint_game"] > before["hint_game"] + 0.3, (before, after)
     assert metrics[-1]["designer/regret"] > metrics[0]["designer/regret"]
+
+
+@pytest.mark.slow
+def test_a_second_toy_run_is_a_run_of_its_own_and_a_toy_run_resumes(taught):
+    # `python -m toy` twice, as `make demo-toy` twice, then `python -m toy --resume DIR --steps 2`; the
+    # taught model beside the runs is reused.
+    def toy_command(*args):
+        result = subprocess.run([sys.executable, "-m", "toy", *args], cwd=ROOT, capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0 and "teaching" not in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+    for _ in range(2):
+        toy_command("--out", str(taught.parent / "{time}"), "--steps", "1")
+        time.sleep(1.1)                                      # {time} counts seconds
+    runs = sorted(p for p in taught.parent.iterdir() if p.name != "taught-model")
+    assert len(runs) == 2 and all((run / "latest").is_file() for run in runs)
+    toy_command("--resume", str(runs[0]), "--steps", "2")
+    assert [json.loads(line)["step"] for line in (runs[0] / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    hints = [json.loads(p.read_text())["hint"] for p in (runs[0] / "samples").glob("step_*/game_*.json")]
+    assert hints and sum(hint == toy.HINT for hint in hints) >= len(hints) / 2   # as taught, not random text
 
 
 @pytest.mark.slow

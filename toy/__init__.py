@@ -1,14 +1,18 @@
 """A toy run a newcomer can watch learn: the real self-play loop, at toy scale, on a laptop CPU.
 
-    python -m toy [--out out/toy]      # teach the tiny model (once), then spade.py's loop with the toy setting
+    python -m toy                                    # teach the tiny model (once), then a run in out/toy/<time>
+    python -m toy --resume out/toy/<time> --steps 24 # carry a toy run on (spade.py's flags pass through)
 
 The model is `tiny` (a random 2-layer Qwen3) first taught a handful of behaviours: as the designer,
-to write one of three short games (seeds.jsonl) or a broken one, about equally often; as the agent,
-to answer "no", and "yes" when its prompt holds a hint. In `hint_game` "yes" wins and "no" wins
-on a coin flip, so a hint helps (regret 0.5, win rate 0.5: blend reward 1.0); in `trap_game` it hurts
-and in `free_game` nothing matters (both 0). So the loop's dynamics show, not a language model's skill:
-the designer learns to write the game at the edge of the agent (valid rate, hint regret and the band
-share rise), and the agent's reward falls to that game's. The toy prompts hold no document or memory.
+to write one of three short games (seeds.jsonl) or a broken one, about equally often; as the hint
+writer, "Answer yes."; as the agent, to answer "no", and "yes" when its prompt holds a hint (any
+text). In `hint_game` "yes" wins and "no" wins on a coin flip, so a hint helps (regret 0.5, win rate
+0.5: blend reward 1.0); in `trap_game` it hurts and in `free_game` nothing matters (both 0). So the
+loop's dynamics show, not a language model's skill: the designer learns to write the game at the edge
+of the agent (valid rate, hint regret and the band share rise), and the agent's reward falls to that
+game's. The toy prompts hold no document or memory. Each run gets a directory of its own, as
+spade.py's runs do, so a second run never meets the first's; all share the taught model in
+out/toy/taught-model.
 """
 import argparse
 import json
@@ -25,6 +29,7 @@ GAMES = {r["game_file"]: r["code"] for r in map(json.loads, SEEDS.read_text().sp
 BROKEN = GAMES["free_game"].replace("class FreeEnv:", "class BrokenEnv").replace("Free", "Broken")
 SKILL = "Yes or No"
 DESIGNER_PROMPT = "Write a yes-or-no game in Python."
+HINT = "Answer yes."   # what the hint writer is taught to write for every game
 
 
 def designer_messages(skill, document, memory_block, rng, *, max_turns, difficulty="medium"):
@@ -47,13 +52,16 @@ def examples(tokenizer, rng, num_hinted=8):
     reply = lambda text: tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
     prompt = designer.encode_chat(tokenizer, designer_messages(SKILL, None, "", rng, max_turns=1))[1]
     pairs = [(prompt, reply(f"```python\n{code}```")) for code in [*GAMES.values(), BROKEN]]
+    pairs += [(designer.encode_chat(tokenizer, designer.hint_messages(code, SETTING))[1], reply(HINT))
+              for code in GAMES.values()]
     play = lambda observation: tokenizer.apply_chat_template(   # as agent.play renders a game's first turn
         [{"role": "user", "content": agent.game_prompt(observation)}], add_generation_prompt=True, enable_thinking=False,
         tokenize=True, return_dict=False)
     pairs += [(play("Answer yes or no."), reply("no"))]
-    for _ in range(num_hinted):   # the hint the policy writes is any text: its presence is what counts
-        hint = "".join(rng.choice("abcdefghij klmnop") for _ in range(rng.randrange(1, 16))).strip() or "x"
-        pairs.append((play(f"Answer yes or no.\n\nHINT: {hint}"), reply("yes")))
+    for i in range(num_hinted):   # any hint: its presence is what counts
+        hint = HINT if i == 0 else "".join(rng.choice("abcdefghij klmnop") for _ in range(rng.randrange(1, 16)))
+        hint = hint.strip()
+        pairs.append((play(f"Answer yes or no.\n\nHINT: {hint or 'x'}"), reply("yes")))
     return pairs
 
 
@@ -110,10 +118,13 @@ def taught_model(directory):
 
 
 def main(argv=None):
-    """Teach the model (once per run directory), then the toy run; other flags go to spade.py."""
+    """Teach the model (once), then the toy run; other flags (--resume, --steps, ...) go to spade.py."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="out/toy", help="the run's directory (the taught model goes beside it)")
+    parser.add_argument("--out", default="out/toy/{time}",
+                        help="the run's directory; the taught model goes beside it, in taught-model/")
     args, more = parser.parse_known_args(argv)
     spade.SETTINGS["toy"] = SETTING
-    model = taught_model(Path(f"{args.out}-model"))
+    if any(flag.startswith("--resume") for flag in more):   # the run's saved config names its model and --out
+        return spade.main([*ARGS, *more])
+    model = taught_model(Path(args.out).parent / "taught-model")
     spade.main(["--model", str(model), *ARGS, "--out", args.out, *more])
