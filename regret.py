@@ -19,16 +19,17 @@ from dataclasses import dataclass, field
 
 def mean_reward(rewards: list[float]) -> float:
     """Mean of raw episode rewards, 0.0 for no plays. This is the paper's "win rate" w_g fed to
-    `plateau` (and R_0, R_hint): a crashed play (-1) pulls it down, unlike `win_rate`.
+    `plateau` (and R_0, R_hint): a crashed play (-1) pulls it down, unlike `share_won`.
     Example: mean_reward([1, 0, 0, 1]) = 0.5; mean_reward([1, -1, 0.5, 0]) = 0.125; mean_reward([]) = 0.0.
     """
     return sum(rewards) / len(rewards) if rewards else 0.0
 
 
-def win_rate(rewards: list[float]) -> float:
-    """The memory's `actor_win_rate` (METHOD 8): fraction of plays with reward > 0, 0.0 for no plays.
-    Not the plateau input (that is `mean_reward`); the two agree when rewards are 0/1.
-    Example: win_rate([1, -1, 0.5, 0]) = 2/4 = 0.5 (mean_reward of the same plays is 0.125).
+def share_won(rewards: list[float]) -> float:
+    """The share of plays won, reward > 0 (0.0 for no plays): the memory's `actor_win_rate` (METHOD 8)
+    and the report's band. Not the plateau's win rate (that is `mean_reward`); the two agree when
+    rewards are 0/1.
+    Example: share_won([1, -1, 0.5, 0]) = 2/4 = 0.5 (mean_reward of the same plays is 0.125).
     """
     return sum(r > 0 for r in rewards) / len(rewards) if rewards else 0.0
 
@@ -139,6 +140,9 @@ class EnvOutcome:
     window_plays, hinted_plays: the same plays as agent.Episode outcomes (everything a play records but
                     its token sequences and transcript: status, turns, tokens generated, ...), for a
                     variant that reads more than rewards; empty where an outcome is built by hand.
+    code, sample:   what the designer wrote: the environment as the gate admitted it, and its
+                    designer.DesignerSample (prompt and response text, tokens, corpus document);
+                    "" and None where an outcome is built by hand.
     Example: EnvOutcome("Optimization", [[1, 0], [1, 1]], [1, 1, 0, 1]) has window_mean 0.75,
     regen_step_mean 0.5, hinted_mean 0.75, regret 0.25.
     """
@@ -148,6 +152,8 @@ class EnvOutcome:
     step_timeout: bool = False
     window_plays: list[list] = field(default_factory=list)
     hinted_plays: list = field(default_factory=list)
+    code: str = ""
+    sample: object = None
 
     def __post_init__(self):
         bad = [r for r in self.all_plays + list(self.hinted_rewards) if not -1.0 <= r <= 1.0]
@@ -219,7 +225,8 @@ class Epoch:
         rewards = lambda plays: [p.reward for p in plays]
         return [EnvOutcome(s.skill, [rewards(step) for step in self.window[s.env_id]],
                            rewards(self.hinted.get(s.env_id, [])), s.env_id in self.timeouts,
-                           self.window[s.env_id], self.hinted.get(s.env_id, [])) for s in self.samples]
+                           self.window[s.env_id], self.hinted.get(s.env_id, []), code=s.code, sample=s)
+                for s in self.samples]
 
 
 @dataclass

@@ -321,11 +321,21 @@ def main(argv=None):
     if train(run) and run.rank == 0:
         from infra import report
         report.main([str(run.dir)])
+    if run.world > 1:
+        launch.end_rank()   # not the interpreter's exit, beside torch.distributed's threads
 
 
 def train(run):
     """The self-play loop, one policy update a step, in the paper's order (METHOD.md 0). False when a
-    Ctrl-C stopped it after a step (its checkpoint saved)."""
+    Ctrl-C stopped it after a step (its checkpoint saved).
+
+    `run` comes from infra/run.py's `set_up`: the model, its engine `run.gen` and the sampling
+    `run.params` (agent and designer at --temperature, --top-p and --top-k; hints at T 0.3, top-p 0.9),
+    the KL reference, the optimizer, the corpus, the memory (seeded with the setting's seed environments
+    on a fresh run) and `run.state`, what a checkpoint keeps: the step, the pool (empty until the first
+    regen step), the open epoch (None until step 0's `new_pool` opens one), the blacklist, the RNGs and
+    the learning-potential tracker.
+    """
     import agent
     import grpo
     cfg, state = run.cfg, run.state
@@ -340,7 +350,7 @@ def train(run):
             regen = new_pool(run, step, times, metrics)
         # 2. Plays: K trained plays of each pool environment. FAILED plays (hangs, crashes, load or tool
         #    failures) are dropped, and a game that hung is never played again (METHOD 3.3).
-        played = plays(run, step, times, metrics)
+        played = trained_plays(run, step, times, metrics)
         episodes, hung = agent.drop_failed(played, state["blacklist"])
         log_blacklisted(run, hung)
         # 3. Advantages per role. The agent's: z-scores within each environment (METHOD 6.1). The open
@@ -391,7 +401,7 @@ def new_pool(run, step, times, metrics):
             run.gen, run.tokenizer, [envs[i] for i in mine], run.setting, run.params["hint"])) \
             if regret.needs_hints(cfg.designer_reward) and envs else []
         # The same seeds as this step's unhinted plays: both arms of the regret meet the same instances.
-        hinted = play(run, envs, cfg.unflagged.hint_plays, step, hints) if hints else []
+        hinted = play_on_ranks(run, envs, cfg.unflagged.hint_plays, step, hints) if hints else []
         scored_hinted, hung = agent.drop_failed(hinted, state["blacklist"])
         log_blacklisted(run, hung)
     topup = state["rng"].sample(run.seeds, min(len(run.seeds), max(0, cfg.num_envs - len(envs))))
@@ -429,7 +439,7 @@ def design(run, step, metrics):
 
 
 # --- 2. the plays -------------------------------------------------------------------------------
-def plays(run, step, times, metrics):
+def trained_plays(run, step, times, metrics):
     """This step's trained plays: K of each pool environment not blacklisted, seeded per play and salted
     by the step (the regen step's hinted plays used the same seeds, METHOD 13.3). The fixed-pool
     baseline takes its pool's next G environments; the RLVE baseline plays new RLVE problems."""
@@ -439,10 +449,11 @@ def plays(run, step, times, metrics):
     if cfg.pool:
         state["pool"] = next_from_pool(run.fixed_pool, state, cfg.num_envs)
     with timer(times, "play"):
-        return play(run, [e for e in state["pool"] if e.env_id not in state["blacklist"]], cfg.plays_per_env, step)
+        return play_on_ranks(run, [e for e in state["pool"] if e.env_id not in state["blacklist"]], cfg.plays_per_env,
+                             step)
 
 
-def play(run, envs, num_plays, step, hints=None):
+def play_on_ranks(run, envs, num_plays, step, hints=None):
     """`num_plays` plays of each environment (with its hint), seeded per play and salted by step; the
     ranks divide the (environment, play) pairs, balanced by each environment's mean length when it
     was last played. Every rank returns them all, environment-major."""
@@ -528,7 +539,7 @@ def remember(run, regen, episodes, played, step):
     for env in regen.envs:
         step0 = rewards.get(env.env_id, [])
         raw = regret.EnvOutcome(env.skill, [step0], hinted.get(env.env_id, [])).regret
-        scores[env.env_id] = dict(win_rate=regret.win_rate(step0), regret=raw)
+        scores[env.env_id] = dict(win_rate=regret.share_won(step0), regret=raw)
         if run.memory is not None:
             run.memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], raw, step)
     if run.memory is not None:
@@ -554,7 +565,8 @@ def log_and_save(run, step, played, episodes, metrics):
     at the end and on Ctrl-C. False when Ctrl-C stopped the run (every rank after the same step)."""
     cfg, state = run.cfg, run.state
     if step % cfg.regen_interval == 0:   # what the agent played, for people: every environment of the pool
-        run.log.plays(step, played, {env_id: regret.win_rate(rs) for env_id, rs in regret.group_rewards(episodes).items()})
+        shares = {env_id: regret.share_won(rewards) for env_id, rewards in regret.group_rewards(episodes).items()}
+        run.log.plays(step, played, shares)
     state["step"] = step + 1
     run.log.step(metrics)
     stopping = launch.agreed(run.stop, run.world)

@@ -3,7 +3,7 @@ of this machine, with the tiny model (one torch thread per rank), side by side i
 
     python bench/rank_bench.py [--envs 12] [--plays 16] [--max-turns 3] [--max-new-tokens 64] [--slots 4] [--repeat 3]
 
-The play phase is `spade.play` over seed environments of envs/ (every (environment, play)
+The play phase is `spade.play_on_ranks` over seed environments of envs/ (every (environment, play)
 pair once on the node: launch.share, then launch.gather); the designer phase is `designer.design` over
 `--slots` slots, divided the same way (`launch.divide`), validation included. The model is FSDP2-sharded
 over the ranks, as in a run, and gathered whole for each phase (infra/engine.py, `HFEngine.independent`).
@@ -57,9 +57,9 @@ def worker(rank, world, port, args, out, apart=False):
     envs = [e for e in load_pool(ROOT / "envs", validate=False) if e.skill in GAME_SKILLS][:args.envs]
     slots = [list(GAME_SKILLS)[i % len(GAME_SKILLS)] for i in range(args.slots)]
     plays, slots = (args.plays // world, slots[rank::world]) if apart else (args.plays, slots)
-    spade.play(run, envs[:1], ranks, step=0)    # warm-up: every rank's fork server and first call
+    spade.play_on_ranks(run, envs[:1], ranks, step=0)    # warm-up: every rank's fork server and first call
     times = {}
-    for name, phase in (("play", lambda: spade.play(run, envs, plays, step=1)),
+    for name, phase in (("play", lambda: spade.play_on_ranks(run, envs, plays, step=1)),
                         ("design", lambda: launch.divide(run, [1.0] * len(slots), lambda mine: [designer.design(
                             gen, tokenizer, {i: slots[i] for i in mine}, corpus=None, memory=None,
                             setting=spade.SETTINGS["games"], params=params, max_turns=args.max_turns,

@@ -52,7 +52,7 @@ def eta(steps, steps_left, regens_left):
 def agent_metrics(played, episodes):
     """The agent's line of a step: `played` are all its plays, `episodes` the scored ones (FAILED plays
     dropped). The band is the learnable win rates 0.2-0.8."""
-    win_rates = [regret.win_rate(rs) for rs in regret.group_rewards(episodes).values() if rs]
+    win_rates = [regret.share_won(rs) for rs in regret.group_rewards(episodes).values() if rs]
     return {"agent/reward": sum(e.reward for e in episodes) / max(1, len(episodes)),
             "agent/error_rate": sum(e.status == "error" for e in played) / max(1, len(played)),
             "agent/failed_rate": sum(e.failed for e in played) / max(1, len(played)),

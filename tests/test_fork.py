@@ -1,6 +1,6 @@
 """The three ways to fork the method, each from a test file alone and through spade.py's own loop:
 a knob whose value reaches every place that uses it (the turn cap), a third setting, a new designer
-reward that reads what the episodes carry.
+reward that reads what the episodes carry or what the designer wrote.
 
 The runs are in-process (`spade.main`) with the real tiny model, except that designer prompts are
 answered by `DesignerDouble`, a TEST DOUBLE that writes a fixed environment, so that environments pass
@@ -154,3 +154,22 @@ def test_a_new_designer_reward_from_a_test_file_reads_the_episodes(run_spade, tm
                      sum(len(s) for s in o.window_plays)) for o in seen]
     assert metrics[-1]["designer/reward"] == pytest.approx(sum(expected) / 2)
     assert "time/hints" in metrics[0] and metrics[0]["time/hints"] < 0.5
+
+
+def test_a_designer_reward_from_a_test_file_reads_the_code_and_the_designer_sample(run_spade, tmp_path, monkeypatch):
+    seen = []
+
+    def shorter(outcomes, tracker=None, *, lo=0.4, hi=0.6, ramp=0.25):
+        """The paper's blend less 0.01 a line of the environment's code: a penalty on long environments."""
+        seen.extend(outcomes)
+        blended = regret.blend(outcomes, tracker, lo=lo, hi=hi, ramp=ramp)
+        return [x - 0.01 * len(o.code.splitlines()) for x, o in zip(blended, outcomes)]
+    shorter.keeps_negative = True
+    monkeypatch.setitem(regret.DESIGNER_REWARDS, "shorter", shorter)
+    _, metrics = run_spade(["--designer-reward", "shorter", "--steps", "2", "--num-envs", "2"], tmp_path / "run",
+                           games_designer, COUNT_ENV)
+    code = COUNT_ENV.removeprefix("```python\n").removesuffix("```")
+    assert len(seen) == 2 and all(o.code.strip() == code.strip() for o in seen)
+    assert all(o.sample.response_text.strip() == COUNT_ENV.strip() and o.sample.env_id for o in seen)
+    expected = [x - 0.01 * len(code.strip().splitlines()) for x in regret.blend(seen, lo=0.4, hi=0.6, ramp=0.25)]
+    assert metrics[-1]["designer/reward"] == pytest.approx(sum(expected) / 2)

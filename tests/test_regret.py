@@ -7,7 +7,7 @@ import pytest
 import regret
 from regret import (DESIGNER_REWARDS, EnvOutcome, LearningPotentialTracker, agent_advantages,
                     blend_reward, designer_advantages, hint_regret, keep_designer_sample, mean_reward, plateau,
-                    role_scale, score_designer_batch, win_rate)
+                    role_scale, score_designer_batch, share_won)
 
 approx = pytest.approx
 
@@ -17,13 +17,13 @@ approx = pytest.approx
 def test_mean_reward_and_win_rate_differ_on_crashes_and_partial_credit():
     plays = [1, -1, 0.5, 0]
     assert mean_reward(plays) == approx(0.125)   # (1 - 1 + 0.5 + 0) / 4
-    assert win_rate(plays) == approx(0.5)        # two of four plays > 0
-    assert mean_reward([1, 0, 0, 1]) == win_rate([1, 0, 0, 1]) == approx(0.5)  # agree on 0/1
+    assert share_won(plays) == approx(0.5)        # two of four plays > 0
+    assert mean_reward([1, 0, 0, 1]) == share_won([1, 0, 0, 1]) == approx(0.5)  # agree on 0/1
 
 
 def test_mean_reward_and_win_rate_of_no_plays_are_zero():
     assert mean_reward([]) == 0.0
-    assert win_rate([]) == 0.0
+    assert share_won([]) == 0.0
 
 
 # ---- agent advantages (METHOD 6.1)
@@ -340,7 +340,8 @@ def test_score_designer_batch_learning_potential_and_unknown_name():
 def test_an_epoch_records_its_window_and_scores_to_outcomes():
     from types import SimpleNamespace
     from regret import Epoch
-    samples = [SimpleNamespace(env_id="a", skill="Optimization"), SimpleNamespace(env_id="b", skill="Logical Deduction")]
+    samples = [SimpleNamespace(env_id="a", skill="Optimization", code="class AEnv: ..."),
+               SimpleNamespace(env_id="b", skill="Logical Deduction", code="class BEnv: ...")]
     play = lambda env_id, reward: SimpleNamespace(env_id=env_id, reward=reward)
     epoch = Epoch(t0=4, samples=samples, hinted={"a": [play("a", 1.0), play("a", 1.0)]})
     epoch.record([play("a", 0.0), play("a", 1.0), play("other", 1.0)], hung=set())
@@ -350,3 +351,4 @@ def test_an_epoch_records_its_window_and_scores_to_outcomes():
     assert [[p.reward for p in plays] for plays in a.window_plays] == a.window_rewards   # the plays themselves too
     assert (b.window_rewards, b.hinted_rewards, b.step_timeout) == ([[], []], [], True)
     assert epoch.timeouts == {"b"} and a.regret == 0.5     # R_hint 1 - R_0 0.5
+    assert (a.code, a.sample, b.code) == ("class AEnv: ...", samples[0], "class BEnv: ...")   # what was written

@@ -494,7 +494,7 @@ class ClockEnv:
 
 
 def clock_worker(rank, world, port, out, alone):
-    """One gloo rank playing two clock environments through spade.play with a scripted engine."""
+    """One gloo rank playing two clock environments through spade.play_on_ranks with a scripted engine."""
     import torch.distributed as dist
     from types import SimpleNamespace
     import spade
@@ -516,7 +516,7 @@ def clock_worker(rank, world, port, out, alone):
                           params={"agent": engine.SamplingParams(max_new_tokens=16)})
     envs = [Environment(f"clock_{i}", "Logical Deduction", CLOCK) for i in range(2)]
     try:
-        played = spade.play(run, envs, 2, step=0)
+        played = spade.play_on_ranks(run, envs, 2, step=0)
         result = [[e.env_id, e.status, e.reward, e.num_turns, e.messages] for e in played]
     except RuntimeError as e:
         result = str(e)
@@ -567,7 +567,7 @@ def noise_worker(rank, world, port, out):
                           rank=rank, world=world, state={"lengths": {}}, cfg=cfg, params={"agent": engine.SamplingParams(
                               temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12)})
     torch.manual_seed(0)                                   # as set_up seeds every rank: the same state
-    played = spade.play(run, [Environment("static", "Logical Deduction", STATIC)], 2, step=0)
+    played = spade.play_on_ranks(run, [Environment("static", "Logical Deduction", STATIC)], 2, step=0)
     (Path(out) / f"rank{rank}.json").write_text(json.dumps([e.tokens for e in played]))
     dist.destroy_process_group()
 
