@@ -27,13 +27,17 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import designer   # no torch below this line's imports: a bad flag is one sentence in a second
-import prompts
-import regret
-from designer import Setting
-from envs import GAME_SKILLS, TOOL_SKILLS
-from infra import launch
-from infra.checkpoint import read_pointer, save_checkpoint
+try:   # no torch below this line's imports: a bad flag is one sentence in a second
+    import designer
+    import prompts
+    import regret
+    from designer import Setting
+    from envs import GAME_SKILLS, TOOL_SKILLS
+    from infra import launch
+    from infra.checkpoint import read_pointer, save_checkpoint
+except ModuleNotFoundError as e:   # a Python without the packages: the venv that `make` builds has them
+    raise SystemExit(f"spade.py: {e}; run it with .venv/bin/python (`make` builds it) or pip install -r "
+                     f"requirements.txt") from None
 
 
 @dataclass

@@ -261,6 +261,13 @@ def test_a_resume_of_a_run_that_has_no_checkpoint_yet_names_the_process_that_hol
         parse_config(["--resume", str(tmp_path), "--steps", "4"])
 
 
+def test_a_python_without_the_packages_is_told_where_they_are():
+    result = subprocess.run([sys.executable, "-S", str(ROOT / "spade.py"), "--help"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)                    # -S: no site-packages, as outside the venv
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "No module named" in result.stderr and "run it with .venv/bin/python" in result.stderr
+
+
 def test_a_model_that_does_not_load_leaves_no_run_directory(tmp_path):
     result = spade("--model", "does-not-exist", "--out", str(tmp_path / "run"), timeout=120,
                    env={**os.environ, "HF_HUB_OFFLINE": "1"})
