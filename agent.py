@@ -11,9 +11,10 @@ each turn's generated tokens as the engine returned them (mask 1, with their log
 then the template delta of the messages that follow (mask 0), rendered after a placeholder turn. In
 thinking mode (METHOD.md 4.2) every turn's prompt is the transcript rendered again, and every turn is a
 training sequence of its own (`Episode.turns`). A SandboxError ends its episode with reward -1; the
-FAILED plays (all but step() raising) are marked for the loop to drop (METHOD.md 3.3).
+FAILED plays (all but step() raising, `_end_on_error`) are marked for the loop to drop (METHOD.md 3.3).
 """
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 import sandbox
-from sandbox.contract import plain, plain_messages, tag_blocks
+from sandbox.contract import control_tokens, plain, plain_messages, tag_blocks
 
 # The first message of a game (METHOD.md 4.1): a framing sentence, the observation, the instruction.
 GAME_FRAMING = "You are playing a language game. Make valid actions to win."   # the official words
@@ -112,10 +113,17 @@ class _Play:
     turn_start: int = 0                   # where the current turn's generated tokens begin
     thinking: bool = False
     prompt: list[int] = field(default_factory=list)          # thinking mode: this turn's rendered prompt
+    max_context: int = 0
+    chars_per_token: int = 1              # chars_per_token(tokenizer)
 
     def context(self):
         """What the next turn is generated from."""
         return self.prompt if self.thinking else self.episode.tokens
+
+    def room(self):
+        """How many characters of environment text could still fit the context: the tokens left times
+        the most characters a token spells, plus one, so that text cut to it never fits."""
+        return max(0, self.max_context - len(self.context())) * self.chars_per_token + 1
 
     def sequence(self):
         """The training sequence the current turn is written into."""
@@ -127,13 +135,17 @@ def _end(play_, status, reward=0.0, error=None):
     play_.episode.status, play_.episode.reward, play_.episode.error = status, reward, error
 
 
-def _end_on_error(play_, error, failed, in_tool=False):
-    """End the episode on a SandboxError: reward -1 and status "error" either way; `failed` marks a
-    FAILED play (METHOD.md 3.3), as opposed to step() raising, a -1 terminated play (METHOD.md 1.1);
-    `hung` one whose environment (not one tool call) ran past its deadline: spade.py blacklists it."""
+def _end_on_error(play_, error, where):
+    """End the episode on a SandboxError (its kinds: sandbox/__init__.py) raised `where`: in "start"
+    (load or reset), "step" or a "tool" call. Reward -1 and status "error" either way. Which failures
+    train is decided here alone: step() raising or breaking the contract (kind "contract" in "step") is
+    the environment's own -1, scored and trained as officially (METHOD.md 1.1); every other failure (a
+    load or reset that fails, a hang, a crash, memory or output beyond the limits, any failed tool call)
+    marks a FAILED play, which the loop drops, neither scored nor trained (METHOD.md 3.3). `hung`: the
+    environment itself (not one tool call) ran past its deadline, so spade.py blacklists it."""
     _end(play_, "error", -1.0, f"{error.kind}: {error.message}")
-    play_.episode.failed = failed
-    play_.episode.hung = error.kind == "timeout" and not in_tool
+    play_.episode.failed = where != "step" or error.kind != "contract"
+    play_.episode.hung = error.kind == "timeout" and where != "tool"
 
 
 def _start(play_, timeout_s, max_turns):
@@ -143,7 +155,10 @@ def _start(play_, timeout_s, max_turns):
         observation, _ = play_.box.reset(seed=play_.episode.seed)
         play_.tools = play_.box.tools() or None
     except sandbox.SandboxError as e:   # load or reset failed: the play never started
-        return _end_on_error(play_, e, failed=True)
+        return _end_on_error(play_, e, "start")
+    if play_.tools and len(json.dumps(play_.tools, separators=(",", ":"))) >= play_.room():
+        return _end(play_, "truncated")   # a tool list that cannot fit the context (METHOD 4.1)
+    observation = observation[:play_.room()]
     if play_.hint is not None:
         observation = f"{observation}\n\nHINT: {play_.hint}"
     # Tool use: the raw observation, tools go to the chat template (METHOD.md 4.3).
@@ -160,14 +175,13 @@ def _act(play_, text):
     play_.new_messages = []
     try:
         if kind == "tool_calls":   # well-formed calls bypass step(): they do not advance turn_count
-            play_.new_messages = [{"role": "tool", "name": call["name"],
-                                   "content": play_.box.call_tool(call["name"], call["arguments"])}
-                                  for call in calls]
+            play_.new_messages = _tool_results(play_, calls)
         else:
             observation, reward, terminated, truncated, _ = play_.box.step(
                 game_action(text) if kind == "game" else text)
-    except sandbox.SandboxError as e:   # only step() raising or breaking the contract is not FAILED
-        return _end_on_error(play_, e, failed=kind == "tool_calls" or e.kind != "contract", in_tool=kind == "tool_calls")
+            observation = observation[:play_.room()]
+    except sandbox.SandboxError as e:   # FAILED or trained: _end_on_error decides
+        return _end_on_error(play_, e, "tool" if kind == "tool_calls" else "step")
     if kind == "malformed":   # METHOD 4.3: keep the tokens but out of the loss, and show the format
         tokens, loss_mask, logprobs = play_.sequence()
         start = play_.turn_start
@@ -181,6 +195,19 @@ def _act(play_, text):
         elif truncated:
             _end(play_, "truncated")
     play_.episode.messages += play_.new_messages
+
+
+def _tool_results(play_, calls):
+    """A tool message per call, in order, until their text can no longer fit the context: the calls
+    after that are neither run nor kept (each message spells at least one character besides its result)."""
+    room, messages = play_.room(), []
+    for call in calls:
+        if room <= 0:
+            break
+        result = play_.box.call_tool(call["name"], call["arguments"])[:room]
+        messages.append({"role": "tool", "name": call["name"], "content": result})
+        room -= len(result) + 1
+    return messages
 
 
 def _record(play_, completion, text):
@@ -201,7 +228,7 @@ def _record(play_, completion, text):
 
 def _render(tokenizer, messages, tools, add_generation_prompt, thinking=False):
     """The chat template's text; what the environment wrote (a hint too, and its tools) is kept `plain`."""
-    specials = tokenizer.all_special_tokens
+    specials = control_tokens(tokenizer)
     tools = json.loads(plain(json.dumps(tools, ensure_ascii=False), specials)) if tools else tools   # in strings only
     return tokenizer.apply_chat_template(plain_messages(messages, specials), tools=tools, tokenize=False, enable_thinking=thinking,
                                          add_generation_prompt=add_generation_prompt)
@@ -224,6 +251,16 @@ def _delta_text(tokenizer, messages, num_new, tools, end_texts):
     assert end is not None, (f"the chat template ends an assistant turn with {tail[:40]!r}, which does not "
                              f"start with an EOS token {end_texts}: token-in/token-out needs it to")
     return tail[len(end):]
+
+
+@functools.lru_cache(maxsize=16)
+def chars_per_token(tokenizer):
+    """The most characters one token of `tokenizer` stands for: its longest vocabulary entry (added
+    tokens included; a byte-level entry spells one character per byte, at least as many as it decodes
+    to). Text longer than this times the tokens left cannot fit them, so it is cut there before it is
+    tokenised; what a play keeps is then at most its context in tokens, and in its transcript at most
+    twice this many characters per token of context (what fit, and the text that no longer did)."""
+    return max(map(len, tokenizer.get_vocab()))
 
 
 def _encode(tokenizer, texts):
@@ -280,12 +317,15 @@ def _append_deltas(tokenizer, live, end_texts, max_context):
             _extend(p.sequence(), token_ids, 0)
 
 
-def _render_prompts(tokenizer, live, thinking):
+def _render_prompts(tokenizer, live, thinking, max_context):
     """Each episode's whole transcript rendered with the generation prompt: the first prompt of every
-    episode, and in thinking mode every turn's (the template drops the thinking of earlier turns)."""
+    episode, and in thinking mode every turn's (the template drops the thinking of earlier turns). A
+    prompt past max_context ends its episode truncated and is kept nowhere (METHOD 4.1)."""
     texts = [_render(tokenizer, p.episode.messages, p.tools, True, thinking) for p in live]
     for p, token_ids in zip(live, _encode(tokenizer, texts)):
-        if thinking:
+        if len(token_ids) > max_context:
+            _end(p, "truncated")
+        elif thinking:
             p.prompt = token_ids
         else:
             _extend(p.sequence(), token_ids, 0)
@@ -306,6 +346,8 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
     wall_s, generate_s, env_s, num_generate_calls, num_episodes, num_generated_tokens.
     thinking: METHOD.md 4.2's mode (module docstring): a prompt rendered per turn, a sequence per turn.
     progress: a label for a bar of finished plays, updated every turn (shown on a terminal only).
+    What an environment returns that can no longer fit max_context is cut before it is tokenised
+    (chars_per_token), and a reply's tool calls stop running there.
     Never raises for environment failures; a bug in the engine or tokenizer does raise.
     """
     assert hints is None or (len(hints) == len(envs) and all(isinstance(h, str) for h in hints)), \
@@ -314,15 +356,16 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
         "seeds must be None or, per environment, a list of plays_per_env seeds"
     started = time.perf_counter()
     timings = {"generate_s": 0.0, "env_s": 0.0, "num_generate_calls": 0}
-    plays = [_Play(Episode(env.env_id, env.skill, hints is not None, seeds[i][k] if seeds else None),
-                   env.code, hints[i] if hints else None, thinking=thinking)
+    plays = [_Play(Episode(env.env_id, env.skill, hints is not None, seeds[i][k] if seeds else None), env.code,
+                   hints[i] if hints else None, thinking=thinking, max_context=max_context,
+                   chars_per_token=chars_per_token(tokenizer))
              for i, env in enumerate(envs) for k in range(plays_per_env)]
     # Threads mostly wait on sandbox processes, so more of them than cores helps (2 cores: 8 > 2).
     pool = ThreadPoolExecutor(min(32, 4 * (os.cpu_count() or 1)))
     bar = tqdm(total=len(plays), desc=progress, unit="play", leave=False, disable=None if progress else True)
     try:
         _in_pool(pool, timings, _start, [(p, timeout_s, max_turns) for p in plays])
-        _render_prompts(tokenizer, _running(plays), thinking)
+        _render_prompts(tokenizer, _running(plays), thinking, max_context)
         _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns=max_turns, max_context=max_context,
                max_new_tokens=max_new_tokens, thinking=thinking)
         bar.update(len(plays) - bar.n)
@@ -366,7 +409,7 @@ def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, m
             for p in _running(plays):
                 _end(p, "truncated")
         if thinking:
-            _render_prompts(tokenizer, _running(plays), thinking)
+            _render_prompts(tokenizer, _running(plays), thinking, max_context)
         else:
             _append_deltas(tokenizer, _running(plays), end_texts, max_context)
 

@@ -37,7 +37,7 @@ import prompts
 from agent import after_thinking, extract_boxed
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
-from sandbox.contract import clean_text, plain_messages   # clean_text: lone surrogates as U+FFFD
+from sandbox.contract import clean_text, control_tokens, plain_messages   # clean_text: lone surrogates as U+FFFD
 
 SNIPPET_CHARS = 2000                  # METHOD 8: memory keeps the first 2000 characters of the code
 
@@ -219,7 +219,7 @@ def tool_messages(skill: str, snippet: str | None, memory_block: str, rng: rando
 def encode_chat(tokenizer, messages: list[dict]) -> tuple[str, list[int]]:
     """The chat-templated prompt text and its token ids, ready for generation (non-thinking). What the
     messages quote (a document, memory, code) is kept `plain`."""
-    text = tokenizer.apply_chat_template(plain_messages(messages, tokenizer.all_special_tokens), tokenize=False,
+    text = tokenizer.apply_chat_template(plain_messages(messages, control_tokens(tokenizer)), tokenize=False,
                                          add_generation_prompt=True, enable_thinking=False)
     return text, tokenizer.encode(text, add_special_tokens=False)
 

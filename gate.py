@@ -5,7 +5,8 @@
 Extraction and brace repair (contract.py, in the trainer, linear in the text), a syntax check, then
 METHOD 3.1 step 2 (a-f and the unboxed probes with close()) and step 3 (the criteria of tool-use
 environments) in one sandbox, plus a determinism check and a play's construction in a second one (a
-fresh process, as each play has, started once the first is gone); 30 s a request, 120 s in all. A
+fresh process, as each play has, started beside the first and given the code once the first is
+gone); 30 s a request, 120 s in all. A
 sandbox's child only answers ordinary requests (load, construct, reset, step, ...); every verdict is
 decided here, from replies that sandbox/ has already type-checked, so code that forges its replies
 can only pass by answering like a working environment, which it then has to do in its plays as well.
@@ -16,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from sandbox.contract import (PLAY_MAX_TURNS, REWARD_RANGE, VALIDATION_PROBES, ReplyError, checked_reset, checked_step,
-                              checked_tools, clean_text, extract_code, parse, repair_braces)
+                              checked_tools, clean_text, extract_code, parse, printable, repair_braces)
 from sandbox import EnvSandbox, SandboxError
 
 
@@ -30,9 +31,9 @@ class Validation:
 
 
 class Rejected(Exception):
-    def __init__(self, stage, message):
-        super().__init__(message)
-        self.stage, self.message = stage, message
+    def __init__(self, stage, message):   # printable: it may quote what the environment wrote
+        self.stage, self.message = stage, printable(message)
+        super().__init__(self.message)
 
 
 def validate_env(code, *, max_turns=PLAY_MAX_TURNS, timeout_s=120.0, call_timeout_s=30.0, memory_mb=1024):
@@ -44,16 +45,22 @@ def validate_env(code, *, max_turns=PLAY_MAX_TURNS, timeout_s=120.0, call_timeou
         code = repair_braces(code)
         parse(code)
     except SyntaxError as e:
-        return Validation(False, "syntax", f"SyntaxError: {e.msg} (line {e.lineno})", "", code)
+        return Validation(False, "syntax", printable(f"SyntaxError: {e.msg} (line {e.lineno})"), "", code)
     except (RecursionError, MemoryError, ValueError) as e:
         return Validation(False, "syntax", f"{type(e).__name__}: the code cannot be parsed", "", code)
     deadline = time.monotonic() + timeout_s
     try:
         with contextlib.ExitStack() as boxes:
-            def sandbox():   # a fresh confined process, started within the gate's time too
-                boxes.close()   # once the one before is gone: no live process to pass it a value
-                start_s = max(0.1, min(call_timeout_s, deadline - time.monotonic()))
-                box = boxes.enter_context(EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb))
+            # Two processes start side by side, each in a slot of its own, as a game's plays do: what the kernel
+            # numbers per process (its /tmp's device, its mounts) differs between them as it does between plays.
+            # The second loads the code only once the first is gone: no live process can hand it a value.
+            start_s = max(0.1, min(call_timeout_s, timeout_s))
+            first, second = [boxes.enter_context(EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb)) for _ in range(2)]
+            turns = iter([first, second])
+            def sandbox():
+                box = next(turns)
+                if box is second:
+                    first.close()
                 return _sender(box, deadline, call_timeout_s, timeout_s)
             return Validation(True, "passed", "", checks(sandbox, code, max_turns), code)
     except SandboxError as e:
@@ -132,12 +139,12 @@ def _reset(send, env, seed, stage):
 
 
 def _opening(send, stage=None):
-    """3.1 b-e: an instance, and its first observation and replies to the probes. A failure is the
-    stage of the check that failed (reset, tools, step), or `stage` for all of them."""
+    """3.1 b-e: an instance, and what a play is shown of it: its first observation, its tool list and its
+    replies to the probes. A failure is the stage of the check that failed (reset, tools, step), or
+    `stage` for all of them."""
     reset, tools, step = (stage,) * 3 if stage else ("reset", "tools", "step")
     env = _new_instance(send)
-    replies = [_reset(send, env, 42, reset)]
-    _checked(tools, checked_tools, _call(send, tools, "tools"))   # what a play asks for after reset
+    replies = [_reset(send, env, 42, reset), _checked(tools, checked_tools, _call(send, tools, "tools"))]
     low, high = REWARD_RANGE
     for probe in VALIDATION_PROBES:
         obs, reward, terminated, truncated, _, types = _checked(step, checked_step,
@@ -153,11 +160,12 @@ def _opening(send, stage=None):
 
 
 def _difference(first, again):
-    """What the determinism check saw differ: the first observation, or the reply to a probe."""
+    """What the determinism check saw differ: the first observation, the tool list or the reply to a probe."""
     i = next(i for i in range(max(len(first), len(again))) if first[i:i + 1] != again[i:i + 1])
-    if i == 0:
-        return "reset(seed=42) of a fresh instance in a process of its own gave another first observation"
-    probe = VALIDATION_PROBES[i - 1]
+    if i < 2:
+        return (f"reset(seed=42) of a fresh instance in a process of its own gave another "
+                f"{('first observation', 'tool list')[i]}")
+    probe = VALIDATION_PROBES[i - 2]
     return f"a fresh instance in a process of its own, reset with seed 42, answered step({probe!r}) otherwise"
 
 

@@ -48,17 +48,29 @@ What each child gets (protected against):
   queues die with it), and socket() refused by a seccomp filter, so not even a unix socket on the
   host can be reached.
 - identity: a uid of its own, unique among the fork servers that share /run (when the trainer is
-  root), no capabilities and an empty bounding set, NO_NEW_PRIVS (setuid binaries give nothing), not
-  dumpable, a fresh empty session keyring (keyctl refused), an environment with only PATH, HOME,
-  TMPDIR, USER and LOGNAME ("sandbox") and one thread for OpenMP and BLAS, stdio on /dev/null.
+  root), which every child reads as the same one (SEEN_UID, through a user namespace of its own), no
+  capabilities and an empty bounding set, NO_NEW_PRIVS (setuid binaries give nothing), not dumpable, a
+  fresh empty session keyring (keyctl refused), an environment with only PATH, HOME, TMPDIR, USER and
+  LOGNAME ("sandbox") and one thread for OpenMP and BLAS, stdio on /dev/null. Nothing tells a child its
+  slot or its trainer: a cgroup namespace (its cgroup path reads "/"), no cgroup file system in its
+  mount table, one command line for every fork server (its config comes over its socket), and none of
+  the fork server's state (config, requests, the siblings it knows of: the child serves from a stack
+  the fork server's frames have left).
 - what comes back: the parent reads at most one capped frame per call, as strict JSON (no NaN, no
   trailing data), checks the request id, that nothing arrived between calls and every type (a str
   observation with lone surrogates replaced, a finite float reward, where an exact integer too large
   for a float is refused too, bool flags, a flat JSON info, tool schemas at most 32 deep). Any of it
-  wrong is SandboxError("output"), never another exception. A play's step() clips the reward to the
-  gate's range, REWARD_RANGE: the gate probes three actions, a play may meet any reward.
-- the gate's two processes (gate.py) never live at the same time, so the first cannot hand the
-  second a value (a lock on a readable host file, say) that its determinism check then compares.
+  wrong is SandboxError("output"), never another exception; its message, which may quote the
+  environment, has its control characters escaped (`printable`), for the terminal and the log. A
+  play's step() clips the reward to the gate's range, REWARD_RANGE: the gate probes three actions, a
+  play may meet any reward. The agent cuts what can no longer fit a play's context before it is
+  tokenised or kept, tool calls included (agent.chars_per_token).
+- the parent's sends: MSG_NOSIGNAL, so a child that shuts its socket's reading side is an error, never
+  SIGPIPE, whatever the process embedding the trainer does with that signal.
+- the gate's two processes (gate.py) start side by side, each in a slot of its own, as a game's plays
+  do, so what the kernel numbers per process (its /tmp's device, its mount ids) differs between them
+  as between plays; the second loads the code only once the first is gone, so the first cannot hand
+  it a value (a lock on a readable host file, say) that its determinism check then compares.
 - the fork server survives whatever a child leaves behind (its files go with its mount namespace);
   its children die with it, however it dies: it is the jail's pid 1, and a child's PR_SET_PDEATHSIG
   cannot be cleared (seccomp); it exits when the trainer's socket closes, so nothing a sandbox started
@@ -68,8 +80,13 @@ What it does NOT protect against: kernel exploits (the seccomp filter is a short
 allow list; gVisor is the tool for that); reading world-readable files of the host outside the
 emptied directories (/etc, /usr, this project's code, ...); CPU side channels, and other channels
 through what sandboxes share on the machine: the page cache (which pages of a host file another one
-read, told by timing), CPU load, /proc/meminfo, and locks on readable host files between sandboxes
-alive at the same time (a game's plays run side by side; the gate's two processes never do); using
+read, told by timing), CPU load, /proc/meminfo and /proc/loadavg (the machine's process count, its
+siblings among them), and locks on readable host files between sandboxes alive at the same time (a
+game's plays run side by side; the gate's two processes never run code together); numbers the kernel
+gives each process (device numbers, mount and namespace ids: they differ between any two sandboxes,
+so a game drawn from them fails the determinism check, unless it draws from a coarse function of them
+that happens to agree for the gate's two processes); the fork server's heap as it was at the fork
+(freed memory, which may still hold the bytes of earlier requests, read by scanning it); using
 a CPU fully for up to the deadline of each call; kernel quotas other than AIO and ptys beyond what the
 child's rlimits, memory cgroup and uid bound; a run directory given with --out outside out/ where the
 uid layer is missing (its 0700 does not stop the trainer's own uid); an environment that replaces the
@@ -104,17 +121,19 @@ import time
 
 from sandbox import confine
 from sandbox.contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, REWARD_RANGE, ReplyError, checked_reset,
-                              checked_step, checked_tools, clean_text)
+                              checked_step, checked_tools, clean_text, printable)
 from sandbox.forkserver import frame, readable, recv, send, strict_json
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # this package's parent, on sys.path
 KINDS = ("load", "contract", "timeout", "memory", "crash", "output")
 
 class SandboxError(Exception):
-    """A failure of environment code or of its process. `.kind` is one of KINDS."""
+    """A failure of environment code or of its process. `.kind` is one of KINDS; `.message` is printable
+    (what the environment wrote in it, an exception's text say, has its control characters escaped)."""
 
     def __init__(self, kind, message):
         assert kind in KINDS, kind
+        message = printable(message)
         super().__init__(f"[{kind}] {message}")
         self.kind, self.message = kind, message
 
@@ -164,17 +183,20 @@ class _Zygote:
         """Run the fork server (behind `prefix`): its hello, or None when it died first (`self.failure`
         then says why). Slow is not broken: no hello within 60 s is an error, never a fallback."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = [*prefix, sys.executable, "-u", "-m", "sandbox", str(theirs.fileno()), json.dumps(self._config)]
+        ours.send(json.dumps(self._config).encode())   # its first message: not in its command line, which a child reads
+        argv = [*prefix, sys.executable, "-u", "-m", "sandbox"]
         log = tempfile.TemporaryFile()
         env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONPATH": PROJECT, **dict.fromkeys(confine.ONE_THREAD, "1")}
-        self.process = subprocess.Popen(argv, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=log, cwd="/")
+        self.process = subprocess.Popen(argv, env=env, stdin=theirs, stdout=log, stderr=log, cwd="/")
         theirs.close()
         self.control = ours
         if not readable(ours, 60):
             self.process.kill()
             raise RuntimeError("the sandbox fork server did not answer within 60 s")
-        data = ours.recv(65536)
+        try:
+            data = ours.recv(65536)
+        except ConnectionResetError:   # it died with its config unread
+            data = b""
         if data:
             return json.loads(data)
         log.seek(0)
@@ -199,7 +221,7 @@ class _Zygote:
         id, means the fork server is wedged: it is killed (its children die with it) and restarted."""
         number = next(self._requests)
         try:
-            socket.send_fds(self.control, [json.dumps({**message, "id": number}).encode()], list(fds))
+            socket.send_fds(self.control, [json.dumps({**message, "id": number}).encode()], list(fds), socket.MSG_NOSIGNAL)
             if readable(self.control, 30):
                 reply = json.loads(self.control.recv(65536) or b"null")
                 if type(reply) is dict and reply.get("id") == number:

@@ -8,8 +8,8 @@ against, and what they do not: sandbox/__init__.py's docstring).
   directories (bound back read-only), a minimal /dev, its own IPC, UTS and network namespaces and six
   capabilities (CAPABILITIES). `claim_uids()` and `memory_cgroup()` also run here.
 - In the fork server, every child calls `confine_child(...)` first, before it reads a byte of
-  environment code: a private /tmp, no devpts, its memory cgroup (and no cgroup files), its uid, a
-  fresh keyring, no capabilities and the seccomp filter.
+  environment code: a private /tmp, no devpts, its memory cgroup (and no cgroup file or path), its uid
+  (which every child reads as SEEN_UID), a fresh keyring, no capabilities and the seccomp filter.
 Linux only. Where a layer is not available here, the others still hold and sandbox.isolation() says
 which is missing.
 """
@@ -17,6 +17,7 @@ import ctypes
 import fcntl
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -24,8 +25,8 @@ import stat
 import struct
 
 libc = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
-    0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000)
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
+    0x20000, 0x2000000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 24, 38, 22
@@ -37,6 +38,7 @@ ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
 SCRATCH_MB = 64                    # the child's one writable place: /tmp, also mounted on /dev/shm
 JAIL_TMP_MB = 256                  # the fork server's own /tmp (work directories where namespaces fail)
 UID_BASE, UID_BLOCK, UID_BLOCKS = 0x7000_0000, 1 << 16, 256   # above the usual user and container ranges
+SEEN_UID = 1000                    # the uid and gid every child reads as its own (a user namespace maps it)
 HIDDEN = ("/home", "/root", "/tmp", "/var/tmp", "/run")       # empty in the jail (secrets, host sockets)
 CGROUPS = "/sys/fs/cgroup"                                     # empty for a child once it is in its cgroup
 CAPABILITIES = ("SYS_ADMIN", "SETUID", "SETGID", "SETPCAP", "CHOWN", "KILL")   # the fork server's only ones
@@ -247,7 +249,7 @@ def confine_child(spec):
     if spec["cgroup"]:
         _enter_cgroup(spec["cgroup"], spec["memory_limit"])
     if spec["namespaces"]:
-        _hide_cgroups(spec["cgroup"])
+        _hide_cgroups()
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")   # the machine's OOM killer takes a sandbox before the trainer
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
@@ -258,13 +260,14 @@ def confine_child(spec):
               resource.RLIMIT_MSGQUEUE: 0}
     for limit, value in limits.items():
         resource.setrlimit(limit, (value, value))
-    for capability in range(64):   # an empty bounding set: no exec gives any capability back
-        libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)   # EINVAL past the last one: harmless
+    _drop_bounding_set()
     if spec["setuid"]:
         os.chown(workdir, uid, uid)
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    if spec["userns"]:
+        _seen_as(SEEN_UID, uid)
     if ARCH is not None:   # none left: effective, permitted, inheritable, ambient (setresuid keeps two)
         libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
         header = struct.pack("Ii", 0x20080522, 0)   # _LINUX_CAPABILITY_VERSION_3, this process
@@ -305,17 +308,57 @@ def _private_mounts(rebound):
     libc.umount2(b"/dev/pts", MNT_DETACH)
 
 
-def _hide_cgroups(directory):
-    """Once in its memory cgroup `directory` (or with none), the child sees no cgroup file: their
-    counters (a slot's peak and page-fault counts, which outlive a child; the usage of the sandboxes
-    beside it, or of the trainer's cgroup that they all share) would carry values from one sandbox to
-    another. A hierarchy mounted elsewhere is frozen read-only instead (where the child owns its
-    cgroup's files, v2 delegated to a user, it could otherwise raise its own limit)."""
-    if directory and not _within(directory, CGROUPS):
-        _read_only(os.path.dirname(directory))
-    elif os.path.isdir(CGROUPS):
+def _hide_cgroups():
+    """Once in its memory cgroup (or with none), the child sees no cgroup: a cgroup namespace of its
+    own, so its path reads "/" (it named the trainer's pid and the child's slot), and no cgroup file
+    system in its mount table (the jail's bind of the trainer's cgroup named them too). Their files
+    would carry values from one sandbox to another: a slot's peak and page-fault counters, which
+    outlive a child, and the usage of the sandboxes beside it. A mount that cannot be detached (a jail
+    in a user namespace locks what it inherited) is covered by a read-only tmpfs under CGROUPS and
+    made read-only elsewhere (where the child owns its cgroup's files, v2 delegated to a user, it could
+    otherwise raise its own limit)."""
+    check(libc.unshare(CLONE_NEWCGROUP), "unshare(CLONE_NEWCGROUP)")
+    libc.umount2(CGROUPS.encode(), MNT_DETACH)   # with every hierarchy mounted below it
+    elsewhere = _cgroup_mounts()
+    for path in elsewhere:
+        libc.umount2(path.encode(), MNT_DETACH)
+    left = _cgroup_mounts() if elsewhere else []
+    for path in [p for p in left if not _within(p, CGROUPS)]:
+        _read_only(path)
+    if any(_within(p, CGROUPS) for p in left):
         check(libc.mount(b"tmpfs", CGROUPS.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k"),
               f"mount {CGROUPS}")
+
+
+def _cgroup_mounts():
+    """The mount points of the cgroup file systems in this mount namespace (mountinfo's octal escapes undone)."""
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields, _, kind = line.partition(" - ")
+            if kind.split()[0] in ("cgroup", "cgroup2"):
+                mounts.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields.split()[4]))
+    return mounts
+
+
+def _seen_as(seen, uid):
+    """A user namespace in which this process's `uid` (and gid) reads as `seen`: every child reads the
+    same, so none can tell its slot from its uid. Its other namespaces, made before it, belong to the
+    jail's user namespace, so the capabilities it gets in its own rule over none of them; they are
+    dropped next. Dumpable for a moment: setresuid gave /proc/self to root, and only the process itself
+    may write its maps."""
+    check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
+    check(libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    for name, line in (("setgroups", "deny"), ("uid_map", f"{seen} {uid} 1"), ("gid_map", f"{seen} {uid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(line)
+    _drop_bounding_set()   # a new user namespace starts with a full one
+
+
+def _drop_bounding_set():
+    """An empty capability bounding set: no exec gives any capability back."""
+    for capability in range(64):
+        libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)   # EINVAL past the last one: harmless
 
 
 def _read_only(path, bind=True):

@@ -13,6 +13,7 @@ do, so a game whose only randomness is the unseeded global `random` is determini
 Where the gate is stricter than the official one: METHOD.md 14.
 """
 import ast
+import functools
 import itertools
 import json
 import math
@@ -440,9 +441,33 @@ def plain(text, special_tokens):
     return text
 
 
+@functools.lru_cache(maxsize=16)
+def control_tokens(tokenizer):
+    """The spellings `tokenizer` reads as a control token wherever they stand: its special tokens and
+    every added token it marks special (SmolLM2's lists 3 of its 17 in all_special_tokens, and
+    `<file_sep>` or `<jupyter_code>` are among the others), longest first. Added tokens not marked
+    special (Qwen3's `<tool_call>`, `<think>`) are markup the policy must see and write, and stay."""
+    added = [token.content for token in tokenizer.added_tokens_decoder.values() if token.special]
+    return tuple(sorted({*tokenizer.all_special_tokens, *added}, key=lambda t: (-len(t), t)))
+
+
 def plain_messages(messages, special_tokens):
     """Chat messages with what the model did not write (every role but the assistant's) kept `plain`."""
     return [m if m["role"] == "assistant" else {**m, "content": plain(m["content"], special_tokens)} for m in messages]
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text):
+    r"""`text` with every control character (C0, DEL, C1: ESC and CSI among them, newlines too) written
+    as its escape, for a terminal or a log: what an environment wrote cannot then erase or forge a
+    line, move the cursor or retitle the terminal.
+
+    >>> print(printable("ok\x1b[2J\nstep 9"))
+    ok\x1b[2J\nstep 9
+    """
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def clean_json(value, what, depth=0):

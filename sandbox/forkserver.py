@@ -1,11 +1,13 @@
 """The fork server: a warm interpreter, jailed by bubblewrap, that forks one confined child per sandbox;
 the child's request loop; and the wire both sides speak.
 
-EnvSandbox starts it once per trainer process (`python -m sandbox FD CONFIG`) and talks to it over
-FD; the trainer uses nothing here but the wire functions. The fork server
-imports PRELOAD, finds out which isolation layers work here (a throwaway child tries each one), then
-forks a child per spawn request: in a PID namespace of its own, confined by confine.confine_child,
-serving its socket pair with environment code of METHOD.md 1 (contract.py) until it is reaped.
+EnvSandbox starts it once per trainer process (`python -m sandbox`, its control socket on stdin,
+which brings the config first) and talks to it there; the trainer uses nothing here but the wire
+functions. The fork server imports PRELOAD, finds out which isolation layers work here (a throwaway
+child tries each one), then forks a child per spawn request: in a PID namespace of its own, confined
+by confine.confine_child, serving its socket pair with environment code of METHOD.md 1 (contract.py)
+until it is reaped. A child serves from `main`, after `serve` has returned there: none of the fork
+server's state (its config, the request, the siblings it knows of) is left in the child to read.
 """
 import gc
 import json
@@ -23,6 +25,7 @@ from sandbox.contract import (ContractError, ToolUseBaseEnv, construct, criteria
                       play_step, unboxed_probes)
 
 MAX_REPLY_BYTES = 1 << 20          # observation + info, per reply
+CHILD_FD = 3                       # a child's socket to the trainer
 MAX_REQUEST_BYTES = 16 << 20      # code or an action, to the child (which trusts the trainer)
 
 # Imported by the fork server before any child exists, so that a child does not pay for them: METHOD
@@ -53,13 +56,15 @@ def readable(sock, timeout=None):
 
 
 def send(sock, data, deadline):
-    """All of `data`, or TimeoutError at `deadline`: a child that stops reading cannot hold us."""
+    """All of `data`, or TimeoutError at `deadline`: a child that stops reading cannot hold us. A peer
+    that shut its reading side is BrokenPipeError, never SIGPIPE (MSG_NOSIGNAL), whatever the process
+    does with that signal."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise TimeoutError
     sock.settimeout(remaining)
     try:
-        sock.sendall(data)
+        sock.sendall(data, socket.MSG_NOSIGNAL)
     finally:
         sock.settimeout(None)
 
@@ -171,9 +176,22 @@ def _error_frame(request, kind, error):
 # ---------------------------------------------------------------------------------------------
 # The fork server: a warm interpreter in the jail that forks one confined child per sandbox.
 # ---------------------------------------------------------------------------------------------
-def serve_forever(control_fd, config):
-    """Find which layers work here, then serve spawn/reap requests until the trainer's socket closes.
-    Every reply carries its request's id, so that the trainer can never read another's."""
+def main():
+    """`python -m sandbox`: the fork server, and in each child it forks the request loop, from here."""
+    control = socket.socket(fileno=0)
+    fd = serve(control)
+    control.detach()   # in the child, whose fd 0 is /dev/null by now
+    try:
+        _serve(socket.socket(fileno=fd))
+    finally:
+        os._exit(70)
+
+
+def serve(control):
+    """Read the config, find which layers work here, then serve spawn/reap requests until the trainer's
+    socket closes. Every reply carries its request's id, so that the trainer can never read another's.
+    Returns only in a child it forked, confined: the fd of its socket."""
+    config = json.loads(control.recv(1 << 20))
     sys.path[:] = list(dict.fromkeys(config["path"]))   # the project, then the trainer's sys.path
     for name in PRELOAD:
         __import__(name)
@@ -184,7 +202,6 @@ def serve_forever(control_fd, config):
         except ImportError:  # mbcs, oem: Windows only
             pass
     gc.freeze()   # the collector never touches these objects, so a child does not copy their pages (~4 ms)
-    control = socket.socket(fileno=control_fd)
     layers, report = _probe(config)
     control.send(json.dumps({"isolation": report}).encode())
     pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY) if layers["namespaces"] else None
@@ -207,6 +224,8 @@ def serve_forever(control_fd, config):
             try:   # fork fails when the machine is out of memory or processes: that sandbox fails, not us
                 spec = _spec(layers, config, request)
                 pid = _fork(spec, fds[0], pid_namespace)
+                if pid == 0:
+                    return CHILD_FD
                 children[pid] = spec
                 reply = {"pid": pid}
             except OSError as e:
@@ -234,26 +253,30 @@ def _spec(layers, config, request):
             "workdir": "/tmp" if layers["namespaces"] else tempfile.mkdtemp(prefix="spade-env-")}
 
 
-def _fork(spec, sock_fd, pid_namespace):
-    """Fork one child (pid 1 of a PID namespace of its own when namespaces work) and confine it. It
-    says b"\\x00" when it is ready, or b"\\x01" and why it could not be confined, on its socket."""
+def _fork(spec, sock_fd, pid_namespace, trial=False):
+    """Fork one child (pid 1 of a PID namespace of its own when namespaces work) and confine it: its
+    pid here, and 0 in the child, which has its socket on CHILD_FD and says b"\\x00" there when it is
+    ready (a trial's then exits), or b"\\x01" and why it could not be confined, and exits."""
     if pid_namespace is not None:
         confine.check(confine.libc.unshare(confine.CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     pid = os.fork()
     if pid == 0:
         try:
-            os.dup2(sock_fd, 3)
-            os.closerange(4, os.sysconf("SC_OPEN_MAX"))   # the fork server's control socket among them
-            sock = socket.socket(fileno=3)
+            os.dup2(sock_fd, CHILD_FD)
+            os.closerange(CHILD_FD + 1, os.sysconf("SC_OPEN_MAX"))   # the fork server's own among them
+            sock = socket.socket(fileno=CHILD_FD)
             try:
                 confine.confine_child(spec)
             except BaseException as e:
                 sock.sendall(b"\x01" + describe(e).encode()[:4000])
                 os._exit(71)
             sock.sendall(b"\x00")
-            _serve(sock)
-        finally:
+            sock.detach()
+        except BaseException:
             os._exit(70)
+        if trial:
+            os._exit(0)
+        return 0
     if pid_namespace is not None:                     # the next child gets a new one again
         confine.check(confine.libc.setns(pid_namespace, confine.CLONE_NEWPID), "setns(CLONE_NEWPID)")
     return pid
@@ -274,25 +297,30 @@ def _reap(pid, spec):
 def _probe(config):
     """Try each layer in a throwaway child, then all that work together; return (the layers that
     work, a line on each for isolation()). All together failing is an error: no child would start."""
+    # userns: where each child has a uid of its own, a user namespace in which every child reads the same
     layers = {"namespaces": True, "cgroup": bool(config["cgroup"]), "setuid": config["uid"] is not None,
-              "seccomp": confine.ARCH is not None}
+              "userns": config["uid"] is not None, "seccomp": confine.ARCH is not None}
     errors = {}
-    for layer in [name for name, on in layers.items() if on]:
-        errors[layer] = _trial({name: name == layer for name in layers}, config)
+    for layer in [name for name, on in layers.items() if on]:   # userns with the uids it maps
+        errors[layer] = _trial({name: name == layer or (layer, name) == ("userns", "setuid") for name in layers}, config)
         layers[layer] = errors[layer] is None
     together = _trial(layers, config)
     if together is not None:
         raise RuntimeError(f"the sandbox's layers fail together: {together}")
     def line(layer, working, missing):
         return working if layers[layer] else f"missing: {errors.get(layer) or missing}"
-    return layers, {
-        "namespaces": line("namespaces", "mount, IPC, network, UTS and PID namespaces of its own", "?"),
+    seen = f", which every sandbox reads as {confine.SEEN_UID}" if layers["userns"] else ""
+    report = {
+        "namespaces": line("namespaces", "mount, IPC, network, UTS, PID and cgroup namespaces of its own", "?"),
         "memory": line("cgroup", f"a memory cgroup of its own ({config['cgroup_note']})", config["cgroup_note"]),
-        "uid": line("setuid", "a uid of its own, unique on the machine",
+        "uid": line("setuid", "a uid of its own, unique on the machine" + seen,
                     "the trainer is not root, so every sandbox runs as its uid"),
         "syscalls": line("seccomp", "a seccomp filter and a fresh session keyring",
                          "no filter is written for this CPU architecture"),
     }
+    if layers["setuid"] and not layers["userns"]:   # each reads its own uid, which tells its slot
+        report["same uid"] = f"missing: {errors['userns']}"
+    return layers, report
 
 
 def _trial(layers, config):
@@ -301,7 +329,7 @@ def _trial(layers, config):
     pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY) if spec["namespaces"] else None
     ours, theirs = socket.socketpair()
     try:
-        pid = _fork(spec, theirs.fileno(), pid_namespace)
+        pid = _fork(spec, theirs.fileno(), pid_namespace, trial=True)
     except OSError as e:
         return str(e)
     finally:

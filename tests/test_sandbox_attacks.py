@@ -21,12 +21,13 @@ import textwrap
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
 import sandbox
 from gate import validate_env
-from sandbox import EnvSandbox, SandboxError
+from sandbox import EnvSandbox, SandboxError, confine
 from test_sandbox import (JAILED, TIMEOUT, _processes as processes, attack, env_code, fork_server_pid, need_jail,
                           zygote_children)
 from test_sandbox import jail  # noqa: F401  (the fixture JAILED uses, found by pytest in this module)
@@ -605,14 +606,14 @@ def read_line(process, timeout=20):
 @ROOT_ONLY
 def test_two_fork_servers_use_different_uids_and_cannot_kill_each_other():
     """A second trainer process on the machine: its sandbox and ours run as different host uids (the
-    host's /proc says so, and so do the children), and neither can kill the other's sandbox."""
+    host's /proc says so; each child reads the same one, SEEN_UID), and neither can kill the other's sandbox."""
     other = subprocess.Popen([sys.executable, "-c", OTHER_TRAINER, str(ROOT), KILLER], cwd=ROOT, text=True,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         theirs = json.loads(read_line(other))
         with EnvSandbox(KILLER, timeout_s=5) as ours:
             our_uid = ours.reset()[0]
-            assert our_uid != theirs["uid"]
+            assert our_uid == theirs["uid"] == str(confine.SEEN_UID)
             assert uid_of(ours.pid) != uid_of(theirs["pid"]) and 0 not in (uid_of(ours.pid), uid_of(theirs["pid"]))
             assert ours.step(f"kill {theirs['pid']}")[0] in ("ProcessLookupError", "PermissionError")
             assert os.path.exists(f"/proc/{theirs['pid']}")
@@ -1598,3 +1599,211 @@ def test_the_default_run_directory_is_hidden_from_a_sandbox():
         assert secret not in seen and run_dir.name not in seen, seen
     finally:
         shutil.rmtree(out if made else run_dir, ignore_errors=True)
+
+
+# --- 22. what cannot fit the context is neither kept nor dumped -------------------------------------
+def played(code, tokenizer, reply="\\boxed{1}", max_context=4096, **kwargs):
+    """One play of `code` with a scripted engine (test_agent.ScriptedEngine, a TEST DOUBLE) and the
+    real sandbox, tokenizer and chat template, as the trainer plays."""
+    from agent import play
+    from envs import Environment
+    from infra import engine
+    from test_agent import ScriptedEngine
+    scripted = ScriptedEngine(tokenizer, lambda prompt: reply)
+    [episode] = play([Environment("hostile", "Logical Deduction", code)], scripted, tokenizer, 1,
+                     params=engine.SamplingParams(temperature=1.0), max_turns=3, max_context=max_context, **kwargs)
+    return episode
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer():
+    from infra import models
+    return models.tiny_tokenizer()
+
+
+def kept_chars(episode):
+    return sum(len(m["content"]) for m in episode.messages)
+
+
+TOOL_ENV = """
+class HostileEnv(ToolUseBaseEnv):
+    def reset(self, seed=None):
+        self._tools = {"look": {"description": DESCRIPTION, "parameters": {"type": "object", "properties": {}}}}
+        self._expected_answer = "done"
+        return "Look around.", {}
+    def tool_look(self):
+        return RESULT
+"""
+
+
+@pytest.mark.parametrize("where", ["first observation", "step observation", "tool description"])
+def test_text_that_cannot_fit_the_context_is_cut_before_it_is_tokenised(where, tiny_tokenizer, tmp_path):
+    """900,000 characters where the context holds 4096 tokens: the play ends truncated (METHOD 4.1), and
+    what the trainer keeps of it (its tokens, its transcript, its dump under samples/) stays within the
+    context, plus the stated margin (agent.chars_per_token): two of the tokenizer's longest vocabulary
+    entries in characters of transcript per token of context."""
+    from infra.report import Log
+    flood = "'a b ' * 225_000"
+    code = {"first observation": env_code(reset=f"return {flood}, {{}}"),
+            "step observation": env_code(step=f"return {flood}, 0.0, False, False, {{}}"),
+            "tool description": TOOL_ENV.replace("DESCRIPTION", flood).replace("RESULT", "'seen'")}[where]
+    started = time.monotonic()
+    episode = played(code, tiny_tokenizer, "<answer>no</answer>" if "tool" in where else "\\boxed{1}")
+    assert episode.status == "truncated" and episode.error is None, episode.error
+    margin = 2 * 4096 * max(map(len, tiny_tokenizer.get_vocab()))
+    assert len(episode.tokens) <= 4096 and kept_chars(episode) <= margin, (len(episode.tokens), kept_chars(episode))
+    Log(tmp_path, SimpleNamespace(wandb=False)).plays(0, [episode], {})
+    assert (tmp_path / "samples" / "step_00000" / "plays.json").stat().st_size <= margin + 4096
+    assert time.monotonic() - started < 20
+
+
+def test_a_reply_runs_and_keeps_only_the_tool_calls_whose_results_can_fit(tiny_tokenizer):
+    """Four calls in one reply, each returning 500,000 characters, where the context holds 4096 tokens:
+    the first result, cut, ends the play; the others are neither kept nor tokenised."""
+    code = TOOL_ENV.replace("DESCRIPTION", "'Looks.'").replace("RESULT", "'seen ' * 100_000")
+    calls = '<tool_call>{"name": "look", "arguments": {}}</tool_call>' * 4
+    started = time.monotonic()
+    episode = played(code, tiny_tokenizer, calls)
+    tools = [m for m in episode.messages if m["role"] == "tool"]
+    assert episode.status == "truncated" and len(tools) == 1, [len(m["content"]) for m in tools]
+    assert len(episode.tokens) <= 4096 and kept_chars(episode) <= 2 * 4096 * 16
+    assert time.monotonic() - started < 10
+
+
+# --- 23. no control token of any tokenizer from an environment's text --------------------------------
+def qwen3_style(tokenizer):
+    """The tiny tokenizer with special added tokens that all_special_tokens does not list, as Qwen3's
+    has (its <|vision_pad|>, <|fim_prefix|>, ...): a TEST FIXTURE, no real Qwen3 tokenizer being on disk."""
+    import copy
+    from tokenizers import AddedToken
+    styled = copy.deepcopy(tokenizer)
+    styled.add_tokens([AddedToken(t, special=True) for t in ("<|vision_pad|>", "<|fim_prefix|>", "<|box_start|>")])
+    return styled
+
+
+def smollm2_tokenizer():
+    from transformers import AutoTokenizer
+    from infra import models
+    folder, file = os.path.split(models.resolve_model_name("smollm2-135m"))
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+    tokenizer.chat_template = models.CHAT_TEMPLATE
+    return tokenizer
+
+
+@pytest.mark.parametrize("which", ["qwen3-style", pytest.param("smollm2", marks=pytest.mark.slow)])
+def test_an_environment_writes_no_control_token_of_the_tokenizer(which, tiny_tokenizer):
+    """An observation that spells every special added token of the tokenizer (SmolLM2 lists 3 of its 17
+    in all_special_tokens): the play's tokens hold each control id exactly as often as the same play
+    with a blank observation, so every one of them was written by the chat template."""
+    tokenizer = qwen3_style(tiny_tokenizer) if which == "qwen3-style" else smollm2_tokenizer()
+    specials = {t.content: i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    assert len(specials) > len(tokenizer.all_special_tokens)
+    spelled = played(env_code(reset=f"return {' x '.join(specials)!r}, {{}}"), tokenizer)
+    blank = played(env_code(reset="return 'x', {}"), tokenizer)
+    assert spelled.num_turns == blank.num_turns == 3
+    counts = lambda episode: {t: episode.tokens.count(i) for t, i in specials.items()}
+    assert counts(spelled) == counts(blank)
+
+
+# --- 24. a sandbox's identity tells it nothing about its slot or its trainer ---------------------------
+IDENTITIES = {   # __init__ snippets that set self.key from what could tell a sandbox apart
+    "uid": "self.key = str(os.getuid())",
+    "cgroup path": "self.key = open('/proc/self/cgroup').read()",
+    "mount table": "self.key = ' '.join(' '.join(l.split(' - ')[0].split()[3:5]) for l in open('/proc/self/mountinfo'))",
+    "command line": "self.key = open('/proc/self/cmdline', 'rb').read().decode(errors='replace')",
+    "live siblings": """
+        import gc
+        frame, self.key = sys._getframe(), ''
+        while frame is not None:   # the fork server's frames and their locals, were they still there
+            self.key += str(len(frame.f_locals.get('children', ()))) + ' '
+            frame = frame.f_back
+        self.key += str(sum(1 for o in gc.get_objects() if type(o) is dict and 'oom_kills' in o))""",
+}
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("identity", sorted(IDENTITIES))
+def test_a_game_keyed_on_its_sandboxs_identity_passes_the_gate_only_if_every_play_agrees(identity):
+    """A game whose instance is drawn from what tells its sandbox apart: the gate rejects it, or three
+    plays with one seed side by side, and one on another trainer (a rank of its own), get one instance."""
+    code = env_code(init=IDENTITIES[identity],
+                    reset="return 'Instance ' + str(sum(map(ord, self.key))), {}")
+    result = validate_env(code, timeout_s=30)
+    if not result.ok:
+        assert result.stage == "determinism", result
+        return
+    with EnvSandbox(code) as a, EnvSandbox(code) as b, EnvSandbox(code) as c:
+        seen = {box.reset(seed=7)[0] for box in (a, b, c)}
+    other = subprocess.run([sys.executable, "-c", OTHER_TRAINER, str(ROOT), code], cwd=ROOT, input="", text=True,
+                           capture_output=True, timeout=120)
+    seen.add(json.loads(other.stdout.splitlines()[0])["uid"])
+    assert len(seen) == 1, seen
+
+
+def test_a_game_keyed_on_the_device_of_its_tmp_does_not_pass_the_gate():
+    """The kernel numbers each sandbox's /tmp (a tmpfs of its own), and gives a number back once it is
+    free: the gate's two processes live side by side, as plays do, so they never share one."""
+    code = env_code(init="self.key = os.stat('/tmp').st_dev", reset="return f'Instance {self.key}', {}")
+    for _ in range(3):
+        result = validate_env(code, timeout_s=30)
+        assert (result.ok, result.stage) == (False, "determinism"), result
+
+
+# --- 25. the determinism check compares the tool list ---------------------------------------------
+def test_a_tool_list_drawn_per_process_does_not_pass_the_gate():
+    code = TOOL_ENV.replace("DESCRIPTION", "'Looks at ' + os.urandom(4).hex()").replace("RESULT", "'seen'")
+    result = validate_env("import os\n" + code, timeout_s=30)
+    assert (result.ok, result.stage) == (False, "determinism") and "tool list" in result.error, result
+
+
+# --- 26. what an environment wrote reaches the log printable -----------------------------------------
+def test_terminal_control_sequences_of_an_environment_do_not_reach_the_log(tmp_path, capsys):
+    """An exception at load whose message clears the screen, retitles the terminal and forges a step
+    line: the trainer prints the pool's WARNING and the designer's rejection line escaped."""
+    from designer import rejection_line
+    from envs import load_pool
+    forged = "\x1b[2J\x1b]0;owned\x07\nstep  999 | forged\x9b1A"
+    (tmp_path / "hostile_logical_deduction.py").write_text(env_code(top=f"raise ValueError({forged!r})"))
+    (tmp_path / "vault_dial_logical_deduction.py").write_text((ROOT / "tests/fixtures/examples/vault_dial.py").read_text())
+    load_pool(tmp_path)
+    result = validate_env(env_code(top=f"raise ValueError({forged!r})"))
+    print(rejection_line({"slot": 0, "skill": "Logical Deduction", "attempt": 1, "stage": result.stage,
+                          "error": result.error}, 5))
+    printed = capsys.readouterr().out
+    assert not any(ch in printed for ch in "\x1b\x07\x9b") and "owned" in printed and "forged" in printed
+    assert not any(line.startswith("step") for line in printed.splitlines()), printed
+
+
+# --- 27. the trainer's send side never takes SIGPIPE ----------------------------------------------------
+HALF_CLOSED = """
+import signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)   # as a process that embeds the trainer may have it
+sys.path[:0] = [sys.argv[1]]
+from sandbox import EnvSandbox, SandboxError
+box = EnvSandbox(sys.argv[2], timeout_s=5)
+print(box.reset()[0], flush=True)
+try:
+    box.step("go")
+except SandboxError as e:
+    print(e.kind, flush=True)
+"""
+# reset() shuts its reply socket's reading side, then answers itself there (in that order: the trainer
+# stops the child once it has its reply) and leaves the request loop a socket pair of its own to wait on:
+# the child lives on, and the trainer's next request is sent to a socket that reads no more.
+SHUT_READING = """
+real = os.dup(reply_fd())
+_socket.socket(fileno=os.dup(real)).shutdown(_socket.SHUT_RD)
+write_frame({'id': 1, 'ok': True, 'value': ['half-closed', {}, ['str', 'dict']]})
+a, b = _socket.socketpair()
+self.kept = (real, a, b)
+os.dup2(a.fileno(), 3)
+return 'unused', {}
+"""
+
+
+def test_a_sandbox_that_shuts_its_reading_side_is_an_error_not_a_signal():
+    """The trainer's send to a half-closed socket is an error (BrokenPipeError, a crash of that sandbox),
+    never SIGPIPE, also in a trainer that takes SIGPIPE by default."""
+    result = subprocess.run([sys.executable, "-c", HALF_CLOSED, str(ROOT), wire_env(reset=SHUT_READING)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout.split()) == (0, ["half-closed", "crash"]), result.stderr[-2000:]
