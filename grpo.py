@@ -1,16 +1,18 @@
 """The policy update: PPO-clip + truncated importance sampling on one rollout batch (METHOD.md 7).
 
-One call of `update` is one optimizer step on the whole batch of designer and agent samples, as in the
+No group normalisation here: every sample arrives with its advantage, which regret.py computes (the
+agent's z-scores within each environment, the designer's rewards centred per skill and scaled). One
+call of `update` is one optimizer step on the whole batch of designer and agent samples, as in the
 paper (global batch = rollout batch). Top to bottom: `Sample`; the loss as small pure functions;
 log-probs from the final hidden states of a micro-batch (packing.py: one packed row with
 variable-length attention on CUDA, attention.py, or length-sorted padded rows with SDPA elsewhere)
 through fused.py (no [tokens x vocabulary] logits on CUDA; there the loss and its gradients are
-formed in one sweep, `fused_grpo_loss`); `make_optimizer` (8-bit AdamW), `update` and `push_weights`
+formed in one sweep, `fused_grpo_loss`); `make_optimizer` (AdamW: METHOD.md 7.2), `update` and `push_weights`
 (FSDP2's sharding is models.shard_model). Tests: tests/test_grpo.py.
 
 Deliberately not here: several optimizer steps per rollout (so the "old" policy is always the current
 weights, see `accumulate_gradients`), value functions, entropy bonus, sequence-level (GSPO) ratios,
-reward normalisation (regret.py computes the advantages), tensor/sequence parallelism.
+tensor/sequence parallelism.
 """
 from __future__ import annotations
 
@@ -198,7 +200,13 @@ def _final_hidden(model, batch: packing.MicroBatch):
     targets from the hidden states.
     """
     no_logits = torch.empty(0, dtype=torch.long, device=batch.input_ids.device)
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+    # A packed row has no mask: its kernels read the sample bounds (cu_seq_lens). Given as transformers'
+    # ready mask mapping, so that it does not look for packed samples itself (a read back to the host);
+    # Qwen3-MoE's forward takes no mapping and looks (one read back a forward).
+    layers = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+    dense = not hasattr(model.config, "num_experts")
+    mask = dict.fromkeys(layers) if batch.packed and dense else batch.attention_mask
+    out = model(input_ids=batch.input_ids, attention_mask=mask,
                 position_ids=batch.position_ids, use_cache=False, output_hidden_states=True,
                 logits_to_keep=no_logits, **batch.varlen)
     hidden = out.hidden_states[-1]  # [R, S, H], after the final norm
@@ -210,12 +218,13 @@ def token_logprobs(model, batch: packing.MicroBatch, temperature=1.0):
     """Log-prob of every sample token under `model`: [B, L] rows, 0 at position 0 and on padding.
 
     Through fused.py: the fused Triton kernel on CUDA (never the [T, V] logits), its fp32 torch
-    reference elsewhere. Divide by the rollout temperature: the engine's log-probs are of the tempered
-    distribution.
+    reference elsewhere. The logits are divided by `temperature`, which the update passes as the
+    training temperature (`spade.Unflagged.train_temperature`, 1.0), not the rollout's: the TIS weight
+    then compares these log-probs with the engine's at the sampling temperature, as officially (METHOD.md 7.2).
     """
     from compute import fused  # lazily: Triton is only needed on CUDA
     hidden, targets, weight = _final_hidden(model, batch)
-    return packing.per_sample(fused.logprob_fn(hidden.device)(hidden, weight, targets, temperature), batch)
+    return packing.per_sample(fused.logprob_fn(hidden)(hidden, weight, targets, temperature), batch)
 
 
 def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=0.2, clip_high=0.28, tis_cap=2.0,
@@ -225,18 +234,19 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
     vocabulary (three GEMMs, not four). Returns (loss, stats) as grpo_loss does, with the same values."""
     from compute import fused  # lazily, as in token_logprobs: Triton is only needed on CUDA
     hidden, targets, weight = _final_hidden(model, batch)
-    # Which predicting position scores each (sample, token): its flat index + 1 through packing.per_sample, 0 = none.
-    index = torch.arange(1, targets.numel() + 1, device=targets.device, dtype=torch.float64)
+    # Which predicting position scores each (sample, token): its flat index + 1 through packing.per_sample, 0 =
+    # none, sent to a spare slot F. A scatter, not boolean indexing: nothing is read back to the host.
+    F = targets.numel()
+    index = torch.arange(1, F + 1, device=targets.device, dtype=torch.float64)
     where = packing.per_sample(index, batch).long() - 1
-    scored = where >= 0
+    where = where.masked_fill(where < 0, F).flatten()
     mask = batch.loss_mask
     shares = batch.weights / batch.weights.sum()                                  # sample-level averaging
     weights = mask / mask.sum(-1, keepdim=True).clamp(min=1) * shares[:, None]
 
     def flat(values):  # [B, L] -> [F], 0 at positions that score no sample token
-        out = torch.zeros(targets.numel(), device=targets.device, dtype=torch.float32)
-        out[where[scored]] = values[scored].float()
-        return out
+        out = torch.zeros(F + 1, device=targets.device, dtype=torch.float32)
+        return out.scatter_(0, where, values.float().flatten())[:F]
 
     coef, rollout = flat(weights), flat(batch.rollout_logprobs)
     advantages, ref = flat(batch.advantages[:, None].expand_as(mask)), flat(ref_logprobs) if kl_coef else None
@@ -256,34 +266,33 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
 # ---------------------------------------------------------------------------------------------------
 # Optimizer, the update, FSDP2 and the weight push.
 
-def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1):
-    """8-bit AdamW with METHOD.md 7.2's defaults; no weight decay on biases and norm scales (1-D).
+def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1, moments="fp32"):
+    """AdamW with METHOD.md 7.2's defaults; no weight decay on biases and norm scales (1-D).
 
-    One process: bitsandbytes' AdamW8bit (also runs on CPU). Sharded by FSDP2, params are DTensors,
-    which bitsandbytes rejects: torchao's AdamW8bit, else plain AdamW with a warning. Trap:
-    an lr of 1e-6 is below bf16's resolution for almost every weight, so a bf16 model updated with
-    round-to-nearest barely moves; torchao's stochastic rounding fixes that and is preferred for bf16.
+    Sharded by FSDP2 (every GPU run, and CPU ranks), the parameters are fp32 master weights and the
+    moments are `moments`: "fp32" (torch's AdamW, as officially) or "8bit" (torchao's AdamW8bit, which
+    takes FSDP2's DTensors), as infra/plan.py finds memory for. One CPU process: bitsandbytes'
+    AdamW8bit on the fp32 model (bitsandbytes rejects DTensors).
     """
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [dict(params=[p for _, p in params if p.ndim >= 2], weight_decay=weight_decay),
               dict(params=[p for _, p in params if p.ndim < 2], weight_decay=0.0)]
-    bf16 = any(p.dtype == torch.bfloat16 for _, p in params)
-    torchao_spec = importlib.util.find_spec("torchao")
-    if models.is_sharded(model) or (bf16 and torchao_spec is not None):
-        if torchao_spec is not None:
-            from torchao.optim import AdamW8bit
-            return AdamW8bit(groups, lr=lr, betas=betas, bf16_stochastic_round=bf16)
-        print("WARNING: torchao is not installed; FSDP2 falls back to torch.optim.AdamW (32-bit states, "
-              "4x the optimizer memory of AdamW8bit)")
-        return torch.optim.AdamW(groups, lr=lr, betas=betas)
-    if bf16:
-        print(f"WARNING: bf16 weights with bitsandbytes round each update to nearest; at lr {lr} most "
-              "weights will not move. Install torchao (stochastic rounding) or train in float32.")
-    # bitsandbytes logs a failure to load an optional CPU 4-bit kernel (from a `kernels` package we do
-    # not use) on CPUs with AVX512-BF16: a newcomer reads it as a broken install. Its optimizers need none.
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-    import bitsandbytes
-    return bitsandbytes.optim.AdamW8bit(groups, lr=lr, betas=betas)
+    assert all(p.dtype == torch.float32 for _, p in params), "the optimizer steps fp32 master weights"
+    assert moments in ("fp32", "8bit"), f"moments are fp32 or 8bit, not {moments!r}"
+    if not models.is_sharded(model):
+        # bitsandbytes logs a failure to load an optional CPU 4-bit kernel (from a `kernels` package we do
+        # not use) on CPUs with AVX512-BF16: a newcomer reads it as a broken install. Its optimizers need none.
+        logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+        import bitsandbytes
+        return bitsandbytes.optim.AdamW8bit(groups, lr=lr, betas=betas)
+    if moments == "fp32":
+        # One parameter at a time: the foreach kernels would hold temporaries the size of all the moments.
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, foreach=False)
+    if importlib.util.find_spec("torchao") is None:
+        raise SystemExit("spade.py: 8-bit AdamW moments (what fits this GPU memory) need torchao "
+                         "(requirements-gpu.txt)")
+    from torchao.optim import AdamW8bit
+    return AdamW8bit(groups, lr=lr, betas=betas)
 
 
 def frozen_copy(model):
@@ -308,6 +317,8 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     """
     assert samples, "update needs at least one sample"
     assert kl_coef == 0 or ref_model is not None, "kl_coef != 0 needs ref_model (see frozen_copy)"
+    vocab = model.get_output_embeddings().weight.shape[0]   # checked here, on the host: fused.py cannot
+    assert max(max(s.tokens) for s in samples) < vocab, f"a sample holds a token id outside the vocabulary ({vocab})"
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     route = route or attention.route(model)
     device = next(model.parameters()).device
@@ -359,6 +370,8 @@ def _micro_batch_loss(model, batch, temperature, clips, ref_model, fused_loss):
     if clips[3] != 0:   # kl_coef
         with torch.no_grad():
             ref_logprobs = token_logprobs(ref_model, batch, temperature)
+        if models.is_sharded(ref_model):   # FSDP2 keeps a root whole until its backward, which a frozen model lacks
+            ref_model.reshard()
     if fused_loss:
         return fused_grpo_loss(model, batch, temperature, *clips, ref_logprobs)
     logprobs = token_logprobs(model, batch, temperature)
@@ -393,11 +406,7 @@ def update(model, optimizer, samples: list[Sample], *, micro_token_budget=16384,
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer.zero_grad(set_to_none=True)
     stats = accumulate_gradients(model, samples, micro_token_budget=micro_token_budget, **loss_kwargs)
-    params = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-    if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
-        grad_norm = grad_norm.full_tensor()
-    grad_norm = float(grad_norm)
+    grad_norm = float(clip_gradients([p for p in model.parameters() if p.requires_grad], max_grad_norm))
     # A NaN step would silently poison every weight: stop here instead.
     assert math.isfinite(grad_norm), f"gradient norm is {grad_norm}; the step was not taken"
     optimizer.step()
@@ -406,11 +415,29 @@ def update(model, optimizer, samples: list[Sample], *, micro_token_budget=16384,
     return stats
 
 
-def full_named_parameters(model) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) one parameter at a time. Under FSDP2 each one is all-gathered on demand
-    (a collective: every rank must iterate, in the same order), so at most one is whole at a time."""
+def clip_gradients(params, max_norm: float) -> torch.Tensor:
+    """Scale the gradients so that their global L2 norm is at most max_norm; returns the norm before.
+
+    Under FSDP2 each rank holds a shard of every gradient: the squares of its shards are summed, the sums
+    all-reduced, and each rank scales its own shards, as torch's clip_grad_norm_ does with DTensors, here
+    on the local shards, so that no step of it depends on how DTensor dispatches a foreach op.
+    """
+    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
+    squares = torch.stack(torch._foreach_norm(grads)).float().square().sum()
+    if any(hasattr(p.grad, "to_local") for p in params if p.grad is not None):
+        dist.all_reduce(squares)
+    norm = squares.sqrt()
+    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
+
+
+def full_named_parameters(model, dtype=None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) one parameter at a time, in `dtype` if given (cast before it is gathered).
+    Under FSDP2 each one is all-gathered on demand (a collective: every rank must iterate, in the same
+    order), so at most one is whole at a time."""
     for name, param in model.named_parameters():
-        yield name, (param.full_tensor() if hasattr(param, "full_tensor") else param).detach()
+        param = param.detach() if dtype is None else param.detach().to(dtype)
+        yield name, param.full_tensor() if hasattr(param, "full_tensor") else param
 
 
 def push_weights(model, engine) -> None:
@@ -421,6 +448,6 @@ def push_weights(model, engine) -> None:
     two are never resident beside a second copy. The in-process HF engine shares this very model,
     so there is nothing to copy.
     """
-    if getattr(engine, "model", None) is not model:
-        engine.load_weights(full_named_parameters(model))
+    if getattr(engine, "model", None) is not model:   # fp32 master weights go as the engine's bf16
+        engine.load_weights(full_named_parameters(model, getattr(engine, "dtype", None)))
     engine.wake_up()

@@ -75,7 +75,7 @@ class Config:
     kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for tool use and Qwen3-8B)
     # engines and GPUs
     engine: str = "auto"              # in-process transformers or vLLM (auto: vllm on CUDA when installed)
-    tp: int = 0                       # vLLM's tensor-parallel size; 0 = the smallest that fits (engine.fitting_tp)
+    tp: int = 0                       # vLLM's tensor-parallel size; 0 = the memory plan's (infra/plan.py)
     # the run's directory
     out: str = "out/{time}"           # the run's directory; {time} is its start, YYYYmmdd-HHMMSS
     save_every: int = 16              # checkpoint every N steps (and at the end)
@@ -104,7 +104,7 @@ class Config:
             (not 0 <= self.seed < 2**63, "--seed must be in [0, 2**63)"),
             (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
                                      f"not {self.plateau_band!r}"),
-            (self.tp < 0, "--tp must be 0 (the smallest that fits) or a tensor-parallel size"),
+            (self.tp < 0, "--tp must be 0 (the memory plan's choice) or a tensor-parallel size"),
             (self.corpus not in ("", "none") and not Path(self.corpus).is_file(), f"corpus file not found: {self.corpus}"),
             (bool(self.pool) and not Path(self.pool).exists(), f"pool not found: {self.pool}"),
             (self.rlve and bool(self.pool), "--rlve and --pool are two baselines: give one"),
@@ -213,6 +213,7 @@ def parse_config(argv):
                                    if names else {int: "N", float: "X"}.get(field.type, "TEXT"))
     # Given = on the command line; `is not` keeps an explicit 0 (e.g. --kl-coef 0 for tool use).
     given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None and v is not False}
+    given = launch.after_restart(given, Config.out)   # torchrun --max-restarts: go on from the last checkpoint
     return resumed_config(given) if given.get("resume") else configure(given)
 
 
@@ -546,7 +547,7 @@ def remember(run, regen, episodes, played, step):
         scores[env.env_id] = dict(win_rate=regret.share_won(step0), regret=raw)
         if run.memory is not None:
             run.memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], raw, step)
-    if run.memory is not None:
+    if run.memory is not None and run.rank == 0:   # every rank holds the memory; one writes it
         run.memory.save()
     run.log.samples(step, regen, played, scores)
     if not regen.envs:

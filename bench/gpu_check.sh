@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (written for one H200, no network, no model weights): six steps, most important
+# The prepared GPU check (written for one H200, no network, no model weights): seven steps, most important
 # first, each under its own `timeout`, under 10 minutes in all (the benches print each row as it is
 # measured, so a step cut short keeps what it had); every step's output goes to
 # $OUT/<step>.log ($OUT if set, else ./gpu_out) and a summary of exit codes to $OUT/summary.txt.
@@ -22,12 +22,15 @@
 #   run(carry=[".whl"], timeout_s=600, command="python3 -m pip install -q --no-index --no-deps --no-compile
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site && bash bench/gpu_check.sh")
 # Steps: the kernel tests; bench/logprob_bench.py; bench/generate_bench.py; bench/update_bench.py; the
-# CUDA-only tests of the engine and the update; a 3-step spade.py run on a random Qwen3-1.7B-shaped
-# model with the in-process engine (its run directory, with a 3.4 GB checkpoint, stays in /tmp; its
-# metrics.jsonl is copied to $OUT). The step limits add up to 590 s; torchao's 8-bit AdamW (bf16
-# models) compiles its step once per parameter shape in each process, most of update_bench's time
-# besides the updates. With ~2 minutes of start-up that leaves ~3 minutes of the 15 for a rerun of
-# the steps that failed (`bash bench/gpu_check.sh NAME...`).
+# memory plan against torch.cuda.max_memory_allocated of the real update of a Qwen3-4B shape (fp32
+# masters, fp32 moments, 32k tokens; bench/memory_bench.py --cuda); the CUDA-only tests of the engine
+# and the update; a 3-step spade.py run on a random Qwen3-1.7B-shaped model with the in-process engine
+# (its run directory, with a checkpoint of 12 bytes a parameter, stays in /tmp; its metrics.jsonl is
+# copied to $OUT). The step limits add up to 600 s. With ~2 minutes of start-up that leaves ~3 minutes
+# of the 15 for a rerun of the steps that failed (`bash bench/gpu_check.sh NAME...`).
+# What a lent device cannot check: vLLM (no wheel there, no network), so neither the engine's start with
+# the plan's sizes, its sleep and wake-up beside the trainer nor the weight push; several GPUs (one is
+# lent), so neither NCCL between ranks, tensor parallelism nor the plan's rows of 8; real weights.
 set -u
 
 PY=${PYTHON:-python3}
@@ -61,9 +64,10 @@ transformers.__version__, 'triton', triton.__version__)"
 
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts=)
 step kernel_tests 60 "${PYTEST[@]}" -x tests/test_fused.py
-step logprob_bench 90 "$PY" bench/logprob_bench.py
-step generate_bench 80 "$PY" bench/generate_bench.py
-step update_bench 210 "$PY" bench/update_bench.py --iters 1
+step logprob_bench 80 "$PY" bench/logprob_bench.py
+step generate_bench 70 "$PY" bench/generate_bench.py
+step update_bench 180 "$PY" bench/update_bench.py --iters 1
+step memory_plan 60 "$PY" bench/memory_bench.py --cuda --models random-qwen3-4b
 step cuda_tests 80 "${PYTEST[@]}" tests/test_engine.py tests/test_grpo.py -k "cuda or fused_loss_equals"
 rm -rf "$RUN_DIR"
 step spade_3_steps 70 "$PY" spade.py --model random-qwen3-1.7b --steps 3 --engine hf \

@@ -1,18 +1,20 @@
 """One full policy update (forward, backward, optimizer step), grpo.update against the naive way, in one table.
 
-    python bench/update_bench.py            # on a CUDA GPU (written for an H200): Qwen3-8B and a cut
+    python bench/update_bench.py            # on a CUDA GPU (written for an H200): Qwen3-4B and a cut
                                             # Qwen3-30B-A3B shape, random weights, 16k tokens, ~2-3 min
     python bench/update_bench.py --quick    # the tiny model on the CPU, a few hundred tokens: smoke test
 
-Both paths train the same randomly initialised bf16 model (engine.py's `random-<shape>[:layers]`) on the
-same random samples (random lengths adding up to --tokens, the first quarter of each a masked prompt),
+Both paths train the same randomly initialised model (models.py's `random-<shape>[:layers]`), held as
+a GPU run holds it (fp32 master weights sharded by FSDP2 in a group of one, bf16 compute; fp32 on the
+CPU), and step it with the run's optimizer (grpo.make_optimizer, fp32 moments on the GPU), on the same
+random samples (random lengths adding up to --tokens, the first quarter of each a masked prompt),
 with the same GRPO loss (grpo.grpo_loss), micro-batch token budget, gradient clipping and activation
 checkpointing; they differ in everything the update path is about:
   naive  length-sorted padded rows with SDPA; log-probs from the model's full logits, cast to fp32,
-         log_softmax and gather; bitsandbytes' AdamW8bit
+         log_softmax and gather
   ours   grpo.update: one packed row with variable-length attention, the loss and its gradients from
          the final hidden states in one sweep (grpo.fused_grpo_loss, never the [T x V] logits),
-         grpo.make_optimizer
+         and its gradient clipping on local shards
   ours-lp the same with fused_loss=False: log-probs first (fused.fused_linear_logprob), then the loss
 Each path builds its optimizer, takes one untimed warm-up update (Triton autotuning, optimizer states),
 then --iters timed updates (median). Peak: torch.cuda.max_memory_allocated() over the timed updates,
@@ -114,8 +116,7 @@ def measure(step, iters, cuda):
 
 def bench_model(name, args, device, cuda):
     """Rows (model, path, seconds, tokens/s, MFU, peak GiB, micro-batches) for one model, naive first."""
-    dtype = torch.bfloat16 if cuda else torch.float32
-    model, _ = models.load_model(name, dtype=dtype, device=device)
+    model, _ = models.load_model(name, dtype=torch.float32, device=device)
     note = ""
     if getattr(model.config, "num_experts", None):
         try:
@@ -124,13 +125,13 @@ def bench_model(name, args, device, cuda):
             note = f" (grouped_mm unavailable: {str(err).splitlines()[0]})"
         note = f"experts={model.config._experts_implementation}{note}"
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cuda:   # as a GPU run: fp32 masters, bf16 compute, fp32 reduction (main's group of one)
+        models.shard_model(model, torch.bfloat16)
     samples = random_samples(args.tokens, args.min_len, args.max_len, model.config.vocab_size)
     num_tokens, n_active = sum(len(s.tokens) for s in samples), active_parameters(model)
     print(f"{name}: N = {n_active / 1e6:,.1f}M active non-embedding parameters, {len(samples)} samples, "
           f"{num_tokens} tokens, ours' attention route {attention.route(model)} {note}", flush=True)
-    import bitsandbytes
-
-    paths = {"naive": (lambda: bitsandbytes.optim.AdamW8bit(model.parameters(), lr=1e-6),
+    paths = {"naive": (lambda: grpo.make_optimizer(model),
                        lambda opt: naive_update(model, opt, samples, args.micro_token_budget)),
              "ours": (lambda: grpo.make_optimizer(model),
                       lambda opt: grpo.update(model, opt, samples, micro_token_budget=args.micro_token_budget,
@@ -192,8 +193,8 @@ def print_table(rows):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tiny model on the CPU, a few hundred tokens")
-    parser.add_argument("--models", nargs="+", help="default: random-qwen3-8b random-qwen3-30b-a3b:<--moe-layers>")
-    parser.add_argument("--moe-layers", type=int, default=16, help="layers of the cut Qwen3-30B-A3B shape")
+    parser.add_argument("--models", nargs="+", help="default: random-qwen3-4b random-qwen3-30b-a3b:<--moe-layers>")
+    parser.add_argument("--moe-layers", type=int, default=8, help="layers of the cut Qwen3-30B-A3B shape")
     parser.add_argument("--tokens", type=int, help="tokens per update (default 16384; --quick 384)")
     parser.add_argument("--micro-token-budget", type=int, default=16384)
     parser.add_argument("--iters", type=int, default=2, help="timed updates per path (median reported)")
@@ -204,8 +205,11 @@ def main():
         return
     args.tokens = args.tokens or (384 if args.quick else 16384)
     args.min_len, args.max_len = (16, 96) if args.quick else (512, 3072)
-    models = args.models or (["tiny"] if args.quick else ["random-qwen3-8b", f"random-qwen3-30b-a3b:{args.moe_layers}"])
+    models = args.models or (["tiny"] if args.quick else ["random-qwen3-4b", f"random-qwen3-30b-a3b:{args.moe_layers}"])
     if cuda:
+        import torch.distributed as dist
+        from infra.launch import free_port
+        dist.init_process_group("nccl", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{free_port()}")
         print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []
     print("rows as measured (the whole table again at the end):", flush=True)

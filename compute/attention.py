@@ -72,11 +72,12 @@ def route(model) -> str:
     """How the update runs packed rows: 'flash' (flash-attn, through transformers), 'torch_varlen'
     (torch.nn.attention.varlen) or 'padded'.
 
-    The varlen kernels are CUDA-only and need 16-bit weights; everything else (CPU, float32) trains on
-    length-sorted padded rows with the model's own SDPA.
+    The varlen kernels are CUDA-only and need 16-bit compute (FSDP2's fp32 master weights compute in
+    bf16: models.shard_model); everything else (CPU, float32) trains on length-sorted padded rows with
+    the model's own SDPA.
     """
     param = next(model.parameters())
-    if param.device.type != "cuda" or param.dtype not in (torch.bfloat16, torch.float16):
+    if param.device.type != "cuda" or getattr(model, "compute_dtype", param.dtype) not in (torch.bfloat16, torch.float16):
         return "padded"
     if importlib.util.find_spec("flash_attn") is not None:
         return "flash"

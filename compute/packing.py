@@ -59,28 +59,33 @@ class MicroBatch:
 
 
 def collate(samples: list, packed: bool, device) -> MicroBatch:
-    """Tensors for one micro-batch: one packed row (varlen attention) or right-padded rows."""
+    """Tensors for one micro-batch: one packed row (varlen attention) or right-padded rows. Built on the
+    host and copied from pinned memory without waiting: the GPU is still busy with the micro-batch before."""
+    def to_device(tensor):
+        if torch.device(device).type != "cuda":
+            return tensor.to(device)
+        return tensor.pin_memory().to(device, non_blocking=True)
+
     def rows(field, dtype):
-        return pad_sequence([torch.tensor(getattr(s, field), dtype=dtype) for s in samples],
-                            batch_first=True).to(device)
+        return to_device(pad_sequence([torch.tensor(getattr(s, field), dtype=dtype) for s in samples], batch_first=True))
 
     lengths = [len(s.tokens) for s in samples]
     if packed:
-        input_ids = torch.tensor([t for s in samples for t in s.tokens], device=device)[None]
-        position_ids = torch.cat([torch.arange(n) for n in lengths]).to(device)[None]
-        cu = torch.tensor([0] + lengths, device=device).cumsum(0).to(torch.int32)
+        input_ids = to_device(torch.tensor([t for s in samples for t in s.tokens])[None])
+        position_ids = to_device(torch.cat([torch.arange(n) for n in lengths])[None])
+        cu = to_device(torch.tensor([0] + lengths).cumsum(0).to(torch.int32))
         varlen = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths))
         attention_mask = None
     else:
         input_ids = rows("tokens", torch.long)  # padding id 0 is never attended to nor scored
-        attention_mask = (torch.arange(input_ids.shape[1], device=device)[None]
-                          < torch.tensor(lengths, device=device)[:, None]).long()
-        position_ids = torch.arange(input_ids.shape[1], device=device).expand_as(input_ids)
+        width = input_ids.shape[1]
+        attention_mask = to_device((torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long())
+        position_ids = torch.arange(width, device=device).expand_as(input_ids)
         varlen = {}
     return MicroBatch(input_ids, position_ids, attention_mask, varlen, lengths,
                       rows("loss_mask", torch.float32), rows("rollout_logprobs", torch.float32),
-                      torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
-                      torch.tensor([s.weight for s in samples], dtype=torch.float32, device=device))
+                      to_device(torch.tensor([s.advantage for s in samples], dtype=torch.float32)),
+                      to_device(torch.tensor([s.weight for s in samples], dtype=torch.float32)))
 
 
 def per_sample(flat, batch: MicroBatch):

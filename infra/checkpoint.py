@@ -23,9 +23,10 @@ _LOCKS = []   # the claimed run directories' lock files, open for the life of th
 VERSION = 2   # of what a checkpoint holds; a checkpoint of another version is refused, never converted
 
 
-def claim(run_dir, resuming):
+def claim(run_dir, resuming, restarted=False):
     """Make (or reopen) the run directory and hold its lock while this process lives: two processes
-    never share a run, and a fresh run never writes over the checkpoints and metrics of another."""
+    never share a run, and a fresh run never writes over the checkpoints and metrics of another.
+    `restarted`: torchrun restarted this job before its first checkpoint, so what is there is its own."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         run_dir.chmod(0o700)   # the run's state is the trainer's: a sandbox (a uid of its own) reads none of it
@@ -39,25 +40,56 @@ def claim(run_dir, resuming):
     if not resuming and (run_dir / "latest").exists():
         raise SystemExit(f"spade.py: {run_dir} already holds a run; continue it with --resume {run_dir}, "
                          f"or give another --out")
-    if not resuming and (run_dir / "metrics.jsonl").exists():
+    if not resuming and not restarted and (run_dir / "metrics.jsonl").exists():
         raise SystemExit(f"spade.py: {run_dir} holds a run that saved no checkpoint; remove it or give another --out")
     _LOCKS.append(lock)
 
 
 @contextlib.contextmanager
-def claimed(run_dir, resuming, rank):
+def claimed(run_dir, resuming, rank, world=1, restarted=False):
     """`claim` on rank 0, for a block that sets the run up: a directory it made is removed again where the
-    block fails before anything but the lock was written (a model that does not load, say)."""
+    block fails before anything but the lock was written (a model that does not load, say). Every rank
+    must see it (`shared`)."""
     made = rank == 0 and not run_dir.exists()
     if rank == 0:
-        claim(run_dir, resuming)
+        claim(run_dir, resuming, restarted)
     try:
+        shared(run_dir, rank, world)
         yield
     except BaseException:
         if made and [p.name for p in run_dir.iterdir()] == [".lock"]:
             (run_dir / ".lock").unlink()
             run_dir.rmdir()
         raise
+
+
+def shared(run_dir, rank, world):
+    """Check that every rank sees the run directory rank 0 writes (on several nodes: a shared file system):
+    rank 0 writes a token there and every rank reads it back. Where one cannot, every rank stops with the
+    same sentence, before the model loads: a node that wrote checkpoints of its own would lose them."""
+    if world == 1:
+        return
+    import secrets
+    import socket
+    import torch.distributed as dist
+    from infra.launch import from_rank_0
+    token, path = from_rank_0(secrets.token_hex(16), world), run_dir / ".shared"
+    if rank == 0:
+        path.write_text(token)
+    dist.barrier()
+    try:
+        seen = path.read_text() == token
+    except OSError:
+        seen = False
+    views = [None] * world
+    dist.all_gather_object(views, (seen, socket.gethostname()))
+    if rank == 0:
+        path.unlink()
+    blind = [f"{r} ({host})" for r, (ok, host) in enumerate(views) if not ok]
+    if blind:
+        raise SystemExit(f"spade.py: rank{'s' * (len(blind) > 1)} {', '.join(blind)} cannot read the run directory "
+                         f"{run_dir} that rank 0 ({views[0][1]}) writes: on several nodes it must be on a file "
+                         f"system they share (give --out such a path)")
 
 
 def running(run_dir):
@@ -171,7 +203,8 @@ def restore(checkpoint, optimizer, memory, rank):
         torch.cuda.set_rng_state(saved["cuda_rng"])
     if memory is not None:
         memory.records = records
-        memory.save()
+        if rank == 0:
+            memory.save()
     return {"lengths": {}, **saved["state"]}
 
 
@@ -205,16 +238,18 @@ def load_optimizer(optimizer, directory, rank):
     optimizer.load_state_dict(torch.load(directory / f"optimizer-rank{rank}.pt", weights_only=False))
 
 
-def kl_reference(cfg, model, resumed, sharded=False):
+def kl_reference(cfg, model, resumed, sharded=False, offload=False):
     """The frozen initial model of the KL term (METHOD 7.2), or None when kl_coef is 0. A resumed
     policy holds trained weights, so the reference is then loaded from cfg.model (the saved config
-    keeps the initial name); so it is with several ranks (`sharded`), where FSDP2 modules cannot be
-    copied and the reference is loaded sharded like the policy (models.load_sharded)."""
+    keeps the initial name); so it is when sharded (models.load_sharded), where FSDP2 modules cannot be
+    copied: in the policy's compute dtype (bf16 on a GPU: the reference needs no master weights),
+    in host memory where the memory plan puts it (`offload`)."""
     import grpo
     from infra import models
     if not cfg.kl_coef:
         return None
     if not resumed and not sharded:
         return grpo.frozen_copy(model)
-    load = models.load_sharded if sharded else models.load_model
-    return load(cfg.model)[0].eval().requires_grad_(False)   # a copy of its own
+    if sharded:
+        return models.load_sharded(cfg.model, dtype=model.compute_dtype, offload=offload)[0].eval().requires_grad_(False)
+    return models.load_model(cfg.model)[0].eval().requires_grad_(False)   # a copy of its own

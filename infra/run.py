@@ -21,7 +21,8 @@ from designer import builtin_corpus, load_corpus
 from envs import load_pool
 from infra import engine, models, report
 from infra.checkpoint import claimed, damaged, kl_reference, read_pointer, restore
-from infra.launch import RankAgreement, TensorParallelGroup, from_rank_0, install_sigint_handler, setup_distributed
+from infra.launch import (RankAgreement, TensorParallelGroup, from_rank_0, install_sigint_handler, node_size,
+                          restarts, setup_distributed)
 
 ROOT = Path(__file__).resolve().parents[1]   # the project: envs/ and the settings' seed pools
 
@@ -57,10 +58,13 @@ def set_up(cfg, setting):
     rank, world = setup_distributed()
     cfg.out = from_rank_0(cfg.out, world)   # one start time in out/{time}: rank 0's
     run_dir = Path(cfg.resume or cfg.out)
-    with claimed(run_dir, bool(cfg.resume), rank):   # a run that fails before it begins leaves no directory
+    restarted = restarts() > 0 and not cfg.resume   # torchrun restarted it before its first checkpoint
+    with claimed(run_dir, bool(cfg.resume), rank, world, restarted):   # a run that fails early leaves no directory
         pointer = read_pointer(run_dir) if cfg.resume else None
         checkpoint = run_dir / pointer["checkpoint"] if pointer else None
         log = report.Log(run_dir, cfg, rank)
+        if restarted:
+            log.rewind(0)   # what the lost attempt logged: its steps are played again
         random.seed(cfg.seed), torch.manual_seed(cfg.seed)
         # The sandbox every environment runs in: started first, so a machine that cannot isolate
         # model-written code stops here, in one sentence (RLVE's environments are a package's, not a
@@ -77,8 +81,12 @@ def set_up(cfg, setting):
         except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
             raise SystemExit(f"spade.py: {e}")
         device = "cuda" if torch.cuda.is_available() else "cpu"
+        chosen = memory_plan(cfg, setting, world, node_size(world)) if device == "cuda" else None   # before loading
+        if chosen:
+            log.print("memory plan: " + chosen.summary())
         model, tokenizer, gen, ref_model, optimizer, params = load_trainer(cfg, checkpoint, device, world,
-                                                                           step=pointer["step"] if pointer else 0)
+                                                                           step=pointer["step"] if pointer else 0,
+                                                                           chosen=chosen)
     skills = cfg.skill_list()
     seeds = [e for e in load_pool(ROOT / setting.seeds, validate=False) if e.skill in skills]
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
@@ -100,11 +108,44 @@ def set_up(cfg, setting):
                optimizer, params, skills, seeds, memory, state, setting, install_sigint_handler())
 
 
-def load_trainer(cfg, checkpoint, device, world, step=0):
+def engine_kind(cfg, device):
+    vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
+    return cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
+
+
+def memory_plan(cfg, setting, gpus, node_gpus=None):
+    """infra/plan.py's plan of this run on these GPUs (`node_gpus` of them a node), or one sentence naming the
+    smallest change that fits."""
+    import torch
+    from infra import plan
+    try:
+        config = models.model_config(cfg.model)
+    except models.ModelLoadError as e:
+        raise SystemExit(f"spade.py: {e}") from None
+    fixed = cfg.unflagged
+    knobs = plan.Knobs(max_context=cfg.max_context, micro_token_budget=fixed.micro_token_budget, kl_coef=cfg.kl_coef,
+                       designer_max_tokens=fixed.designer_max_tokens, hint_max_tokens=fixed.hint_max_tokens,
+                       corpus_max_words=fixed.corpus_max_words, audit=setting.audit, num_envs=cfg.num_envs,
+                       plays_per_env=cfg.plays_per_env, hint_plays=fixed.hint_plays, engine=engine_kind(cfg, "cuda"),
+                       tp=cfg.tp)
+    card = torch.cuda.get_device_properties(0).total_memory
+    chosen = plan.plan(config, gpus, card, knobs, node_gpus)
+    if chosen.problem:
+        raise SystemExit(f"spade.py: {cfg.model} does not fit on {gpus} GPU{'s' * (gpus > 1)} of "
+                         f"{card / plan.GiB:.1f} GiB: {chosen.problem}")
+    return chosen
+
+
+def load_trainer(cfg, checkpoint, device, world, step=0, chosen=None):
     """The model, its two views (trainer + engine), the KL reference, the optimizer, the sampling params;
-    `step`: the checkpoint's."""
+    `step`: the checkpoint's; `chosen`: the memory plan of a GPU run. On a GPU (one or several) the model
+    is sharded by FSDP2 with fp32 master weights computing in bf16 (models.shard_model); on one CPU
+    process it is a plain fp32 model."""
     import grpo
-    load = models.load_sharded if world > 1 else models.load_model   # several ranks: FSDP2 shards
+    import torch
+    sharded = world > 1 or device == "cuda"
+    compute = torch.bfloat16 if device == "cuda" else None
+    load = (lambda name: models.load_sharded(name, compute_dtype=compute)) if sharded else models.load_model
     from safetensors import SafetensorError   # a truncated weights file
     problems = (OSError, ValueError, models.ModelLoadError, SafetensorError)   # one sentence each, no trace
     try:
@@ -112,15 +153,17 @@ def load_trainer(cfg, checkpoint, device, world, step=0):
     except problems as e:
         raise damaged(checkpoint, e) if checkpoint else SystemExit(f"spade.py: {e}") from None
     try:
-        ref_model = kl_reference(cfg, model, resumed=checkpoint is not None, sharded=world > 1)
+        ref_model = kl_reference(cfg, model, resumed=checkpoint is not None, sharded=sharded,
+                                 offload=bool(chosen and chosen.kl_on_cpu))
     except problems as e:
         raise SystemExit(f"spade.py: {e}") from None
-    vllm_here = device == "cuda" and importlib.util.find_spec("vllm") is not None
-    kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
-    tp = engine_tp(cfg, kind, model, world)
+    kind = engine_kind(cfg, device)
+    tp = engine_tp(cfg, kind, world, chosen)
     # vLLM's sampling stream, which no checkpoint holds: one per --seed, and another after each resume
     seed = (cfg.seed + step) % 2**31   # numpy's range
-    gen = engine.make_engine(model, tokenizer, kind, **({"tp": tp, "seed": seed} if kind == "vllm" else {}))
+    sizes = dict(max_model_len=chosen.max_model_len, max_num_seqs=chosen.max_num_seqs,
+                 gpu_memory_utilization=chosen.vllm_share) if chosen else {}
+    gen = engine.make_engine(model, tokenizer, kind, **({"tp": tp, "seed": seed, **sizes} if kind == "vllm" else {}))
     gen = TensorParallelGroup(gen, tp, world) if kind == "vllm" and world > 1 else gen
     gen = RankAgreement(gen) if world > 1 else gen           # in lockstep, ranks must ask for the same prompts
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
@@ -131,20 +174,19 @@ def load_trainer(cfg, checkpoint, device, world, step=0):
                   # where the setting audits: the policy's verdict on what passed the gate (3.1 step 4)
                   audit=engine.SamplingParams(0.3, top_p=0.9, top_k=0,
                                               max_new_tokens=min(16384, cfg.unflagged.designer_max_tokens)))
-    return model, tokenizer, gen, ref_model, grpo.make_optimizer(model, lr=cfg.lr), params
+    optimizer = grpo.make_optimizer(model, lr=cfg.lr, moments=chosen.moments if chosen else "fp32")
+    return model, tokenizer, gen, ref_model, optimizer, params
 
 
-def engine_tp(cfg, kind, model, world):
-    """vLLM's tensor-parallel size: --tp, or the smallest that fits this GPU (engine.fitting_tp). The
-    in-process engine is one rank a group."""
-    import torch
+def engine_tp(cfg, kind, world, chosen):
+    """vLLM's tensor-parallel size: the memory plan's (--tp, or the smallest that fits), --tp or 1 on CPU
+    ranks. The in-process engine is one rank a group."""
     if kind != "vllm" or world == 1:
         if cfg.tp > 1:
             raise SystemExit(f"spade.py: --tp {cfg.tp} needs --engine vllm and as many ranks (GPUs)")
         return 1
-    tp = cfg.tp or engine.fitting_tp(sum(p.numel() * p.element_size() for p in model.parameters()),
-                                     torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available()
-                                     else float("inf"), world)
-    if world % tp:
-        raise SystemExit(f"spade.py: --tp {tp} does not divide the {world} ranks into tensor-parallel groups")
+    tp, node = chosen.tp if chosen else (cfg.tp or 1), node_size(world)
+    if node % tp:
+        raise SystemExit(f"spade.py: --tp {tp} does not divide the {node} ranks of a node into tensor-parallel "
+                         f"groups (a group never spans two nodes)")
     return tp

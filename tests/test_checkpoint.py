@@ -23,16 +23,16 @@ def local(tensor):
     return tensor.dequantize() if hasattr(tensor, "dequantize") else tensor
 
 
-def optimizer_round_trip(directory, model):
-    """One step, save as a checkpoint does, load into a fresh sharded model and optimizer; returns the
+def optimizer_round_trip(directory, model, moments="fp32"):
+    """One step with `moments` (grpo.make_optimizer), save as a checkpoint does, load into a fresh sharded model and optimizer; returns the
     largest difference of any rank's optimizer state (inf for a shard of another shape) and its size."""
     rank = dist.get_rank()
-    optimizer = grpo.make_optimizer(model, lr=1e-3)
+    optimizer = grpo.make_optimizer(model, lr=1e-3, moments=moments)
     grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
     checkpoint.save_optimizer(optimizer, directory, rank)
     dist.barrier()
     fresh = models.shard_model(tiny_model())
-    fresh_optimizer = grpo.make_optimizer(fresh, lr=1e-3)
+    fresh_optimizer = grpo.make_optimizer(fresh, lr=1e-3, moments=moments)
     checkpoint.load_optimizer(fresh_optimizer, directory, rank)
     worst = 0.0
     for before, after in zip(optimizer.state.values(), fresh_optimizer.state.values()):
@@ -55,14 +55,15 @@ def test_sharded_optimizer_state_resumes_on_every_rank(tmp_path):
 
 @pytest.mark.slow
 def test_sharded_torchao_optimizer_state_resumes_on_every_rank(tmp_path, monkeypatch):
-    """The same with torchao's 8-bit AdamW, the optimizer FSDP2 runs use (make test-vllm installs it).
+    """The same with torchao's 8-bit AdamW, what the memory plan takes where fp32 moments do not fit
+    (make test-vllm installs it).
     Compiles torchao's step per parameter shape first: a long collective timeout, and AOT autograd's
     cache off as spade.py sets it under torchrun."""
     pytest.importorskip("torchao.optim")
     import torch.multiprocessing as mp
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))   # the workers inherit both
     monkeypatch.setenv("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
-    run = functools.partial(optimizer_round_trip, tmp_path)
+    run = functools.partial(optimizer_round_trip, tmp_path, moments="8bit")
     mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "result.pt"), run, 600), nprocs=2)
     worst, num_states = torch.load(tmp_path / "result.pt")
     assert num_states > 0 and worst == 0.0

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from compute import attention
 import grpo
 from infra import models
-from infra.launch import free_port
+from infra.launch import end_rank, free_port
 from compute import packing
 from grpo import Sample
 
@@ -284,6 +284,44 @@ def test_fused_loss_equals_logprobs_then_loss(route, cpu_varlen):
         torch.testing.assert_close(grad, plain_grads[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_a_micro_batch_reads_nothing_back_to_the_host(kl_coef, monkeypatch):
+    # What stalls a GPU between micro-batches, checked on the CPU: an op that reads a value back to the host
+    # (.item(), int(), bool(), the nonzero() behind boolean indexing). The CUDA path: a packed row, the
+    # fused loss, and the reference's log-probs for the KL term. (Padded rows are the CPU's: transformers
+    # reads their mask back to choose a kernel.)
+    import torch.nn.attention.varlen as varlen
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class ReadBacks(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen, self.paused = [], False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not self.paused and func.overloadpacket in (torch.ops.aten._local_scalar_dense, torch.ops.aten.nonzero,
+                                                           torch.ops.aten.is_nonzero, torch.ops.aten.item):
+                self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    mode = ReadBacks()
+
+    def kernel_double(*args, **kwargs):   # the CUDA kernel's CPU stand-in reads the sample bounds: not counted
+        mode.paused = True
+        try:
+            return reference_varlen(*args, **kwargs)
+        finally:
+            mode.paused = False
+
+    monkeypatch.setattr(varlen, "varlen_attn", kernel_double)
+    model = tiny_model()
+    batch = packing.collate(random_samples(3, VOCAB, seed=4), packed=True, device="cpu")
+    with mode, attention.implementation(model, "torch_varlen"):
+        loss, stats = grpo._micro_batch_loss(model, batch, 1.0, (0.2, 0.28, 2.0, kl_coef), model, fused_loss=True)
+        loss.backward()
+    assert mode.seen == [] and loss.requires_grad and stats["num_loss_tokens"].ndim == 0
+
+
 def test_one_step_changes_every_parameter():
     model = tiny_model()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -379,19 +417,20 @@ def fsdp_update(model, fused_loss=False):
     return stats, {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
 
 
-def fsdp_worker(rank, world_size, port, path, run=fsdp_update, timeout_s=120):
+def fsdp_worker(rank, world_size, port, path, run=fsdp_update, timeout_s=120, compute_dtype=None):
     """One gloo rank: run(the sharded tiny model); rank 0 saves what it returns to path."""
     import torch.distributed as dist
     torch.set_num_threads(1)  # a spawned process: tests/conftest.py did not run here
     dist.init_process_group("gloo", rank=rank, world_size=world_size, init_method=f"tcp://127.0.0.1:{port}",
                             timeout=datetime.timedelta(seconds=timeout_s))  # a rank mismatch fails, not hangs
     try:
-        result = run(models.shard_model(tiny_model()))
+        result = run(models.shard_model(tiny_model(), compute_dtype))
         if rank == 0:
             torch.save(result, path)
-        dist.barrier()   # neither rank tears the group down while the other still uses it
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    end_rank()   # as a run's ranks end: past a barrier, the group destroyed, then os._exit
 
 
 @pytest.mark.parametrize("fused_loss", [False, True], ids=["logprobs-then-loss", "fused-loss"])
@@ -418,8 +457,34 @@ def test_fsdp2_two_processes_match_one(tmp_path, fused_loss):
         torch.testing.assert_close(sharded[name], single[name], atol=1e-6, rtol=1e-5, msg=name)
 
 
+def numerics(model):
+    """What a GPU run's update does to the numbers: the dtypes it computes, reduces and steps in."""
+    computed = []
+    model.model.layers[0].register_forward_hook(lambda module, args, out: computed.append(out.dtype))
+    # One micro-batch a rank: gradients reduce-scattered in bf16 would all be bf16 numbers; in fp32, few are.
+    grpo.accumulate_gradients(model, fsdp_samples(), micro_token_budget=1024, route="padded")
+    grads = [p.grad.to_local() for p in model.parameters()]
+    wide = sum(int((g != g.bfloat16().float()).sum()) for g in grads) / sum(g.numel() for g in grads)
+    optimizer = grpo.make_optimizer(model, lr=1e-6)
+    optimizer.step()
+    return dict(params={p.dtype for p in model.parameters()}, grads={g.dtype for g in grads}, computed=set(computed),
+                wide=wide, optimizer=type(optimizer).__name__,
+                moments={v.dtype for state in optimizer.state.values() for k, v in state.items() if k != "step"})
+
+
+def test_fsdp2_keeps_fp32_master_weights_computes_in_bf16_and_reduces_in_fp32(tmp_path):
+    # The official numerics (METHOD.md 7.2), as models.shard_model sets them for a GPU run, on two gloo ranks.
+    import functools
+    import torch.multiprocessing as mp
+    worker = functools.partial(fsdp_worker, run=numerics, compute_dtype=torch.bfloat16)
+    mp.spawn(worker, args=(2, free_port(), str(tmp_path / "numerics.pt")), nprocs=2)
+    out = torch.load(tmp_path / "numerics.pt")
+    assert out["params"] == out["grads"] == out["moments"] == {torch.float32} and out["computed"] == {torch.bfloat16}
+    assert out["optimizer"] == "AdamW" and out["wide"] > 0.5
+
+
 def torchao_update(model):
-    optimizer = grpo.make_optimizer(model, lr=1e-3)
+    optimizer = grpo.make_optimizer(model, lr=1e-3, moments="8bit")
     before = {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
     stats = grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
     moved = {name: not torch.equal(before[name], tensor) for name, tensor in grpo.full_named_parameters(model)}
@@ -428,7 +493,8 @@ def torchao_update(model):
 
 @pytest.mark.slow
 def test_fsdp2_steps_with_torchao_8bit_adamw(tmp_path, monkeypatch):
-    """bitsandbytes' AdamW8bit rejects FSDP2's DTensors; make_optimizer takes torchao's there. Two runs
+    """8-bit moments under FSDP2 (where the memory plan needs them) are torchao's: bitsandbytes' AdamW8bit
+    rejects FSDP2's DTensors. Two runs
     share one compile cache, as two trainings on one machine do: with AOT autograd's cache on, the
     second dies in optimizer.step, which is why spade.py turns it off under torchrun (as here).
     About 2 minutes: torchao compiles its step for every parameter shape in the first run."""
@@ -490,6 +556,7 @@ def test_optimizer_bench_runs_at_a_tiny_size(capsys):
     """bench/optimizer_bench.py for two updates: the reference row is itself, every other row is compared."""
     from bench import optimizer_bench
     rows = optimizer_bench.main(["--steps", "2"])
-    assert rows[0][1:] == (1.0, pytest.approx(1.0), 0.0) and len(rows) >= 3
-    assert all(size > 0 and -1 <= cosine <= 1 for _, size, cosine, _ in rows)
+    assert rows[0][1:4] == (1.0, pytest.approx(1.0), 0.0) and len(rows) >= 4
+    assert all(size > 0 and -1 <= cosine <= 1 for _, size, cosine, _, _ in rows)
+    assert rows[1][0].startswith("GPU default") and rows[1][2] > 0.9   # two steps: the sign of the gradient
     assert "| bf16 weights, bitsandbytes AdamW8bit, round to nearest |" in capsys.readouterr().out

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from infra import launch
 
@@ -97,6 +98,33 @@ def test_a_stray_rank_variable_is_one_sentence(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(SystemExit, match="RANK is set but WORLD_SIZE, MASTER_ADDR, MASTER_PORT not"):
         launch.setup_distributed()
+
+
+@pytest.mark.parametrize("visible", [1, 2])
+def test_gpus_that_are_visible_but_unusable_stop_the_run_before_anything_loads(monkeypatch, visible):
+    # A driver too old for torch's CUDA build: NVML counts the GPUs, CUDA cannot use them. Simulated here.
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+    def init():
+        raise RuntimeError("The NVIDIA driver on your system is too old (found version 11040).\nMore text")
+    monkeypatch.setattr(torch.cuda, "init", init)
+    monkeypatch.setattr(launch, "launch_ranks", lambda *args: pytest.fail("ranks started on unusable GPUs"))
+    with pytest.raises(SystemExit) as stop:
+        launch.as_ranks(["--model", "tiny"], "spade.py")
+    message = str(stop.value)
+    assert message.startswith(f"spade.py: {visible} GPU") and "visible but CUDA cannot use them" in message
+    assert "driver on your system is too old (found version 11040)" in message and "\n" not in message
+    assert "CUDA_VISIBLE_DEVICES=" in message
+
+
+def test_usable_or_absent_gpus_pass(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert launch.usable_gpus() == 0
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert launch.usable_gpus() == 4
 
 
 def test_one_process_agrees_with_itself():

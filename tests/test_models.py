@@ -147,7 +147,7 @@ def test_unknown_model_offline_gives_one_clear_error(monkeypatch, tmp_path):
 
 def test_random_shapes_have_the_real_parameter_counts():
     # On the meta device: the shapes without the memory (Qwen3-1.7B ties its embeddings; 30B-A3B is MoE).
-    billions = {"random-qwen3-1.7b": 1.72, "random-qwen3-8b": 8.19, "random-qwen3-30b-a3b": 30.53}
+    billions = {"random-qwen3-1.7b": 1.72, "random-qwen3-4b": 4.02, "random-qwen3-8b": 8.19, "random-qwen3-30b-a3b": 30.53}
     for name, expected in billions.items():
         model, _ = load_model(name, device="meta", dtype=torch.bfloat16)
         assert round(sum(p.numel() for p in model.parameters()) / 1e9, 2) == expected, name

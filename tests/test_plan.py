@@ -1,0 +1,134 @@
+"""The memory plan (infra/plan.py): the engine sized to the run, the run refused in one sentence where
+nothing fits, and the plan's arithmetic against the models it sizes. bench/memory_bench.py checks its
+bytes against the real update, simulated."""
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import spade
+from infra import engine, models, plan, run
+
+ROOT = Path(__file__).resolve().parent.parent
+H100 = int(79.2 * plan.GiB)   # what torch reports for an 80 GB card
+
+
+def gpu_of(monkeypatch, total_bytes):
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=0: types.SimpleNamespace(
+        total_memory=total_bytes, name="a test double of an 80 GB GPU"))
+
+
+def shaped(monkeypatch, name, **changes):
+    """--model `name` read as the config of its real shape (models.RANDOM_SHAPES), changed by `changes`."""
+    config = models.random_config(f"random-{name.lower()}", models.tiny_tokenizer())
+    for key, value in changes.items():
+        setattr(config, key, value)
+    monkeypatch.setattr(models, "model_config", lambda model: config)
+    return config
+
+
+def test_vllm_is_sized_to_the_run_not_to_the_models_context(monkeypatch):
+    """Qwen3-4B's config allows 262,144 tokens: a KV cache for that does not fit beside the trainer on
+    an 80 GB card, so the engine gets the longest sequence the run generates from, and a share of the
+    card that holds the trainer's bytes beside it."""
+    config = shaped(monkeypatch, "Qwen3-4B", max_position_embeddings=262144)
+    gpu_of(monkeypatch, H100)
+    monkeypatch.setattr(run, "engine_kind", lambda cfg, device: "vllm")   # as where vLLM is installed
+    cfg = spade.configure(dict(model="Qwen3-4B", setting="tool_use"))
+    chosen = run.memory_plan(cfg, spade.SETTINGS["tool_use"], gpus=1)
+    assert chosen.problem is None
+    # the audit's: a designer's 16,384 tokens of code read, 4,096 of prompt, a verdict of up to 16,384
+    assert chosen.max_model_len == 16384 + 4096 + 16384 > cfg.max_context
+    assert chosen.kv_tokens >= chosen.max_model_len
+    assert chosen.kv_tokens < config.max_position_embeddings         # what vLLM would have planned for
+    assert chosen.vllm_share * H100 + chosen.trainer_kept <= H100 - plan.RESERVED
+    # COLUMNS' tool-use Qwen3-4B: 16 environments of 16 plays on one engine
+    assert chosen.max_num_seqs == 256
+
+
+def test_the_context_covers_every_generate_call_of_the_run():
+    """A designer's prompt (its document) and an audit that reads the code can be longer than a play."""
+    short = plan.Knobs(max_context=4096, corpus_max_words=6000, designer_max_tokens=16384)
+    assert plan.context_length(short) == 256 * -(-(2 * 6000 + 4096 + 16384) // 256)
+    audited = plan.Knobs(max_context=4096, corpus_max_words=100, designer_max_tokens=20000, hint_max_tokens=512,
+                         audit=True)
+    assert plan.context_length(audited) == 256 * -(-(20000 + 4096 + 16384) // 256)
+
+
+def test_a_model_that_does_not_fit_is_refused_in_one_sentence_naming_what_fits(monkeypatch):
+    """Qwen3-8B with its KL reference on one 80 GB card (its row of METHOD 7.3): no option fits the update,
+    and the sentence names the smallest change that does, before anything loads."""
+    shaped(monkeypatch, "Qwen3-8B")
+    gpu_of(monkeypatch, H100)
+    cfg = spade.configure(dict(model="Qwen3-8B"))
+    assert cfg.kl_coef > 0
+    with pytest.raises(SystemExit) as refused:
+        run.memory_plan(cfg, spade.SETTINGS["games"], gpus=1)
+    sentence = str(refused.value)
+    assert sentence.startswith("spade.py: Qwen3-8B does not fit on 1 GPU of 79.2 GiB: the update needs")
+    assert "it fits on 2 GPUs" in sentence and "\n" not in sentence
+    chosen = run.memory_plan(cfg, spade.SETTINGS["games"], gpus=2)
+    assert chosen.problem is None and chosen.tp == 1
+
+
+def test_the_plan_prefers_the_official_numerics_and_gives_them_up_only_where_they_do_not_fit():
+    """fp32 moments where they fit, the KL reference moved to host memory before the moments are shrunk
+    to 8 bits, and 8-bit moments where nothing else leaves vLLM a context (Qwen3-30B-A3B on 8 GPUs)."""
+    shape = lambda name: models.random_config(name, models.tiny_tokenizer())
+    chosen = lambda name, gpus, gib, kl: plan.plan(shape(name), gpus, int(gib * plan.GiB), plan.Knobs(kl_coef=kl))
+    assert [(p.moments, p.kl_on_cpu) for p in (chosen("random-qwen3-8b", 8, 79.2, 0.005),
+                                               chosen("random-qwen3-4b", 2, 50, 0.005),
+                                               chosen("random-qwen3-4b", 2, 46, 0.005))] == \
+        [("fp32", False), ("fp32", True), ("8bit", False)]
+    moe = chosen("random-qwen3-30b-a3b", 8, 79.2, 0.0)
+    assert (moe.moments, moe.tp, moe.problem, moe.kl) == ("8bit", 4, None, False)
+    assert plan.option(shape("random-qwen3-30b-a3b"), 8, H100, plan.Knobs(), "fp32", False).problem
+    assert "KL reference none" in moe.summary()
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-moe", "random-qwen3-4b:2", "random-qwen3-30b-a3b:1"])
+def test_the_plans_parameter_count_is_the_models(name):
+    config = models.model_config(name)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    total, layer, root = plan.shapes(config)
+    assert total == sum(p.numel() for p in model.parameters())
+    assert layer == sum(p.numel() for p in model.model.layers[0].parameters())
+    assert total == root + config.num_hidden_layers * layer
+
+
+def test_the_trainer_gives_the_engine_the_plans_sizes_and_takes_its_moments(monkeypatch):
+    """load_trainer hands vLLM the plan's max_model_len, max_num_seqs and memory share (a test double
+    stands for vLLM, which this CPU build lacks), and steps the optimizer the plan chose."""
+    seen = {}
+
+    def make_engine(model, tokenizer, kind, **kwargs):   # a test double of engine.make_engine
+        seen.update(kwargs, kind=kind)
+        return engine.HFEngine(model, tokenizer)
+    monkeypatch.setattr(engine, "make_engine", make_engine)
+    monkeypatch.setattr(run, "engine_kind", lambda cfg, device: "vllm")   # as where vLLM is installed
+    cfg = spade.configure(dict(model="tiny"))
+    chosen = plan.plan(models.model_config("tiny"), 1, H100, plan.Knobs(max_context=3072, engine="vllm"))
+    *_, optimizer, _ = run.load_trainer(cfg, None, "cpu", 1, chosen=chosen)
+    assert seen == dict(kind="vllm", tp=1, seed=cfg.seed, max_model_len=chosen.max_model_len,
+                        max_num_seqs=chosen.max_num_seqs, gpu_memory_utilization=chosen.vllm_share)
+    assert optimizer is not None
+
+
+def test_the_memory_bench_runs_at_a_tiny_size():
+    """bench/memory_bench.py end to end on `tiny` over 2 fake ranks (seconds): its table, within 2x. Its own
+    process: Triton's CPU interpreter (which these tests turn on) would run the kernels on fake tensors,
+    where a GPU run's simulation only traces them."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "memory_bench.py"), "--models", "tiny", "--gpus", "2",
+                             "--max-context", "1024"], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = [line.split("|")[1:-1] for line in result.stdout.splitlines() if line.startswith("| tiny ")]
+    assert [[cell.strip() for cell in row[:3]] for row in table] == [["tiny", "2", "update"],
+                                                                     ["tiny", "2", "rollout (trainer)"]]
+    assert all(0.5 < float(row[5]) < 2 for row in table), result.stdout
