@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
-import logging
 import math
 import time
 from collections import defaultdict
@@ -267,24 +266,16 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
 # Optimizer, the update, FSDP2 and the weight push.
 
 def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1, moments="fp32"):
-    """AdamW with METHOD.md 7.2's defaults; no weight decay on biases and norm scales (1-D).
-
-    Sharded by FSDP2 (every GPU run, and CPU ranks), the parameters are fp32 master weights and the
-    moments are `moments`: "fp32" (torch's AdamW, as officially) or "8bit" (torchao's AdamW8bit, which
-    takes FSDP2's DTensors), as infra/plan.py finds memory for. One CPU process: bitsandbytes'
-    AdamW8bit on the fp32 model (bitsandbytes rejects DTensors).
+    """AdamW with METHOD.md 7.2's defaults on the fp32 (master) weights; no weight decay on biases and
+    norm scales (1-D). `moments`: "fp32" (torch's AdamW, as officially: every CPU run, and GPU runs where
+    the memory plan finds room) or "8bit" (torchao's AdamW8bit, which takes FSDP2's DTensors; where it
+    does not: infra/plan.py).
     """
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [dict(params=[p for _, p in params if p.ndim >= 2], weight_decay=weight_decay),
               dict(params=[p for _, p in params if p.ndim < 2], weight_decay=0.0)]
     assert all(p.dtype == torch.float32 for _, p in params), "the optimizer steps fp32 master weights"
     assert moments in ("fp32", "8bit"), f"moments are fp32 or 8bit, not {moments!r}"
-    if not models.is_sharded(model):
-        # bitsandbytes logs a failure to load an optional CPU 4-bit kernel (from a `kernels` package we do
-        # not use) on CPUs with AVX512-BF16: a newcomer reads it as a broken install. Its optimizers need none.
-        logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-        import bitsandbytes
-        return bitsandbytes.optim.AdamW8bit(groups, lr=lr, betas=betas)
     if moments == "fp32":
         # One parameter at a time: the foreach kernels would hold temporaries the size of all the moments.
         return torch.optim.AdamW(groups, lr=lr, betas=betas, foreach=False)
@@ -419,13 +410,16 @@ def clip_gradients(params, max_norm: float) -> torch.Tensor:
     """Scale the gradients so that their global L2 norm is at most max_norm; returns the norm before.
 
     Under FSDP2 each rank holds a shard of every gradient: the squares of its shards are summed, the sums
-    all-reduced, and each rank scales its own shards, as torch's clip_grad_norm_ does with DTensors, here
-    on the local shards, so that no step of it depends on how DTensor dispatches a foreach op.
+    all-reduced over the ranks of one copy (hybrid sharding: the mesh's last dimension; the other holds
+    copies), and each rank scales its own shards, as torch's clip_grad_norm_ does with DTensors, here on
+    the local shards, so that no step of it depends on how DTensor dispatches a foreach op.
     """
     grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
     squares = torch.stack(torch._foreach_norm(grads)).float().square().sum()
-    if any(hasattr(p.grad, "to_local") for p in params if p.grad is not None):
-        dist.all_reduce(squares)
+    sharded = [p.grad for p in params if p.grad is not None and hasattr(p.grad, "to_local")]
+    if sharded:
+        mesh = sharded[0].device_mesh
+        dist.all_reduce(squares, group=mesh.get_group(mesh.ndim - 1))
     norm = squares.sqrt()
     torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
     return norm

@@ -7,7 +7,7 @@ bf16 compute. The "GPU default" row is what a GPU run does, built by the functio
 model sharded by models.shard_model (fp32 master weights, bf16 compute, fp32 gradient reduction; here
 over a gloo group of one) and stepped by grpo.make_optimizer (torch's AdamW, fp32 moments). Where
 torchao is installed, the same with 8-bit moments (what the plan takes where fp32 ones do not fit). The
-other rows: bitsandbytes' 8-bit AdamW on the fp32 model (the one-process CPU path), and, for contrast, two
+other rows: bitsandbytes' 8-bit AdamW on the fp32 model, and, for contrast, two
 memory savers that keep bf16 weights: torchao's 8-bit AdamW with stochastic rounding (left out where
 torchao is not installed, as in .venv; `make test-vllm`'s .venv-vllm has it) and bitsandbytes' with
 round to nearest. Every row starts from the same tiny model and takes `--steps` GRPO updates
@@ -58,7 +58,7 @@ def optimizers():
     rows = [("fp32 weights, torch AdamW (fp32 moments): reference",
              plain(torch.float32, lambda groups, lr: torch.optim.AdamW(groups, lr=lr, betas=BETAS))),
             ("GPU default: fp32 master weights (FSDP2), bf16 compute, fp32 gradients and moments", gpu_run("fp32")),
-            ("fp32 weights, bitsandbytes AdamW8bit (the one-process CPU path)",
+            ("fp32 weights, bitsandbytes AdamW8bit",
              plain(torch.float32, lambda groups, lr: bitsandbytes.optim.AdamW8bit(groups, lr=lr, betas=BETAS)))]
     if importlib.util.find_spec("torchao") is not None:
         from torchao.optim import AdamW8bit

@@ -1,8 +1,9 @@
 """Checkpoints: what spade.py writes every --save-every steps and reads back on --resume.
 
-`ckpt-NNNNN/` holds the model and tokenizer in Hugging Face format (`model/`), each rank's optimizer state
-(`optimizer-rank<r>.pt`: under FSDP2 the shards it holds, so a resume needs as many processes; torchao's
-8-bit states cannot be gathered), the loop state and the RNGs (`state.pt`) and the environment memory.
+`ckpt-NNNNN/` holds the model and tokenizer in Hugging Face format (`model/`), the optimizer's state
+(`optimizer/`: fp32 moments by parameter name with torch.distributed.checkpoint, so a resume reshards
+them to any number of processes or nodes; torchao's 8-bit moments, which it cannot reshard, as each rank
+holds them), the loop state and the RNGs (`state.pt`) and the environment memory.
 It is written to a hidden directory and renamed into place, and the `latest` pointer (with the config
 and the checkpoint VERSION) is replaced atomically, so a kill never leaves half of one; the last two
 are kept. The KL reference is never saved: `kl_reference` rebuilds it from the initial model. One
@@ -20,7 +21,7 @@ import shutil
 from pathlib import Path
 
 _LOCKS = []   # the claimed run directories' lock files, open for the life of the process
-VERSION = 2   # of what a checkpoint holds; a checkpoint of another version is refused, never converted
+VERSION = 3   # of what a checkpoint holds; a checkpoint of another version is refused, never converted
 
 
 def claim(run_dir, resuming, restarted=False):
@@ -117,7 +118,7 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
         barrier(run_dir, name)
-        save_optimizer(optimizer, tmp, rank)
+        save_optimizer(optimizer, model, tmp, rank)
         barrier(run_dir, name)
         if rank != 0:
             return
@@ -173,7 +174,7 @@ def read_pointer(run_dir):
         raise SystemExit(f"spade.py: {run_dir} was written by another version of spade.py (checkpoint version "
                          f"{pointer.get('version', 1)}, this one reads {VERSION}); start a new run")
     folder = run_dir / pointer["checkpoint"]
-    missing = [name for name in ("model", "state.pt", "env_memory.json", "optimizer-rank0.pt")
+    missing = [name for name in ("model", "state.pt", "env_memory.json", "optimizer")
                if not (folder / name).exists()]
     if missing:
         raise SystemExit(f"spade.py: {latest} names {pointer['checkpoint']}, which lacks {', '.join(missing)}; "
@@ -187,12 +188,12 @@ def damaged(checkpoint, error):
                       f"{_kept(checkpoint.parent)}")
 
 
-def restore(checkpoint, optimizer, memory, rank):
+def restore(checkpoint, model, optimizer, memory, rank):
     """Optimizer, RNGs and environment memory as they were when the checkpoint was
     saved; returns the loop state. Every rank calls it and reads its own optimizer shards."""
     import torch
     try:
-        load_optimizer(optimizer, checkpoint, rank)
+        load_optimizer(optimizer, model, checkpoint, rank)
         saved = torch.load(checkpoint / "state.pt", weights_only=False)   # our own file, written above
         records = None if memory is None else memory.checked(json.loads((checkpoint / "env_memory.json").read_text()))
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
@@ -220,22 +221,67 @@ def barrier(run_dir, name):
                              f"({str(e).splitlines()[0][:200]}); {_kept(run_dir)}") from None
 
 
-def save_optimizer(optimizer, directory, rank):
-    """This rank's optimizer state as it holds it (under FSDP2: DTensor shards, torchao's 8-bit ones too)."""
+def save_optimizer(optimizer, model, directory, rank):
+    """The optimizer's state in `directory`/optimizer, written by every rank. fp32 moments: with
+    torch.distributed.checkpoint, by parameter name, each rank its own shards, so that `load_optimizer`
+    reshards them to another number of processes. torchao's 8-bit moments (quantised tensor subclasses
+    that it cannot reshard): each rank's state as it holds it, rank<r>.pt."""
     import torch
-    torch.save(optimizer.state_dict(), directory / f"optimizer-rank{rank}.pt")
+    folder = directory / "optimizer"
+    if _eight_bit(optimizer):
+        folder.mkdir(exist_ok=True)
+        torch.save(optimizer.state_dict(), folder / f"rank{rank}.pt")
+        return
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    _dcp(dcp.save, get_optimizer_state_dict(model, optimizer), checkpoint_id=folder)
 
 
-def load_optimizer(optimizer, directory, rank):
-    """Read back what `save_optimizer` wrote for this rank; the process count must be the run's."""
+def load_optimizer(optimizer, model, directory, rank):
+    """Read back what `save_optimizer` wrote: fp32 moments onto this run's processes, however many; 8-bit
+    ones only onto as many processes as saved them. Moments of the other kind (the memory plan chose
+    otherwise on these GPUs) are one sentence."""
     import torch
     import torch.distributed as dist
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    saved = len(list(directory.glob("optimizer-rank*.pt")))
-    if saved != world:
-        raise SystemExit(f"spade.py: {directory} holds the optimizer shards of {saved} process{'es' * (saved != 1)}; "
-                         f"resume it with {saved}, not {world}")
-    optimizer.load_state_dict(torch.load(directory / f"optimizer-rank{rank}.pt", weights_only=False))
+    folder, world = directory / "optimizer", dist.get_world_size() if dist.is_initialized() else 1
+    per_rank = len(list(folder.glob("rank*.pt")))
+    kinds = ("fp32", "8-bit")
+    saved, wanted = kinds[bool(per_rank)], kinds[_eight_bit(optimizer)]
+    if saved != wanted:
+        raise SystemExit(f"spade.py: {directory} holds {saved} optimizer moments and this run's memory plan takes "
+                         f"{wanted} ones (infra/plan.py); resume it on GPUs where the plan takes {saved} moments")
+    if per_rank:
+        if per_rank != world:
+            raise SystemExit(f"spade.py: {directory} holds torchao's 8-bit optimizer moments of {per_rank} "
+                             f"process{'es' * (per_rank != 1)}, which cannot be resharded; resume it with {per_rank}, "
+                             f"not {world}")
+        optimizer.load_state_dict(torch.load(folder / f"rank{rank}.pt", weights_only=False))
+        return
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+    state = get_optimizer_state_dict(model, optimizer)   # the layout this run holds, moments made if none
+    _dcp(dcp.load, state, checkpoint_id=folder)
+    set_optimizer_state_dict(model, optimizer, state)
+
+
+def _dcp(call, state, checkpoint_id):
+    """torch.distributed.checkpoint's save or load, in one process without a process group where there is
+    none, its failure raised as the error a rank met (its CheckpointException is a BaseException holding
+    every rank's, traceback and all): a full disk or a truncated file is then one sentence as elsewhere."""
+    import warnings
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.api import CheckpointException
+    try:
+        with warnings.catch_warnings():   # that one process means one process, at every checkpoint
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+            return call(state, checkpoint_id=checkpoint_id, no_dist=not dist.is_initialized())
+    except CheckpointException as e:
+        error = next(iter(e.failures.values()))[0]
+        raise error if isinstance(error, Exception) else RuntimeError(repr(error)) from None
+
+
+def _eight_bit(optimizer):
+    return type(optimizer).__module__.startswith("torchao")
 
 
 def kl_reference(cfg, model, resumed, sharded=False, offload=False):

@@ -329,14 +329,21 @@ def shard_model(model, compute_dtype: torch.dtype | None = None, *, offload: boo
     accumulated over micro-batches in fp32. None: compute in the parameters' dtype (CPU ranks).
     `offload` (the KL reference where GPU memory is short): the shards rest in host memory and each unit
     comes to the GPU for its forward.
+    On several nodes (torchrun), hybrid sharding: a 2-D mesh of (nodes, ranks of a node) on which each node
+    holds one sharded copy and the nodes replicate it, so only the gradients' all-reduce crosses the
+    network, never a layer's all-gather.
     Needs torch.distributed initialised (launch.py or torchrun; one GPU is a group of one). Parameter
     names are unchanged, so checkpoints and `push_weights` see the names of one process.
     """
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+    from infra.launch import node_size
     assert dist.is_initialized(), "shard_model needs torch.distributed: run it in a rank (launch.py)"
-    mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (dist.get_world_size(),))
+    world, node = dist.get_world_size(), node_size(dist.get_world_size())
+    shape = (world // node, node) if node < world else (world,)
+    mesh = init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", shape,
+                            mesh_dim_names=("replicate", "shard")[-len(shape):])
     policy = dict(mp_policy=MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32),
                   offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else OffloadPolicy())
     for layer in model.model.layers:

@@ -10,9 +10,11 @@ sleeps (level 2: it frees its weights and KV cache) and the trainer adds the gra
 gathers, the activations of the longest micro-batch and the output layer's buffers. The plan picks, in
 this order of preference, fp32 moments (as officially) before 8-bit ones, the KL reference on the GPU
 before in host memory, and the smallest tensor-parallel size whose weights take at most half of vLLM's
-share; vLLM's share is what the rollout leaves. Where nothing fits, `problem` names the smallest change
+share, among the divisors of a node's GPUs; vLLM's share is what the rollout leaves. On several nodes a
+node holds one sharded copy (hybrid sharding). Where nothing fits, `problem` names the smallest change
 that does. bench/memory_bench.py checks the update's bytes against the real update, simulated.
-Not modelled: vLLM's own runtime (an estimate, RESERVED) and the HF engine's KV cache (what is left).
+Not modelled: vLLM's own runtime and the CUDA context (estimates: VLLM_RUNTIME, RESERVED), and the HF
+engine's KV cache (what is left).
 """
 import math
 from dataclasses import dataclass, field
@@ -157,8 +159,9 @@ def option(config, gpus, gpu_bytes, knobs, moments, kl_on_cpu, node_gpus=None):
     tokens = max(knobs.micro_token_budget, knobs.max_context)
     kl_on_gpu = bool(knobs.kl_coef) and not kl_on_cpu
     usable = gpu_bytes - RESERVED
-    update = update_bytes(config, gpus, tokens, moments, kl_on_gpu)
-    kept = kept_bytes(config, gpus, moments, kl_on_gpu)
+    shards = min(gpus, node_gpus or gpus)   # hybrid sharding: a node holds one copy (models.shard_model)
+    update = update_bytes(config, shards, tokens, moments, kl_on_gpu)
+    kept = kept_bytes(config, shards, moments, kl_on_gpu)
     chosen = Plan(gpus, gpu_bytes, moments, bool(knobs.kl_coef), kl_on_cpu and bool(knobs.kl_coef), 1, tokens, context_length(knobs), 0,
                   update, trainer_kept=kept)
     if sum(update.values()) > usable:

@@ -95,7 +95,7 @@ def set_up(cfg, setting):
                  rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), lengths={},
                  rlve=rlve.Curriculum() if cfg.rlve else None)
     if checkpoint:
-        state = restore(checkpoint, optimizer, memory, rank)
+        state = restore(checkpoint, model, optimizer, memory, rank)
         log.rewind(state["step"])
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
         if state["step"] == pointer["config"]["steps"] and not (cfg.pool or cfg.rlve):

@@ -1,9 +1,11 @@
-"""checkpoint.py: under FSDP2 each rank saves its optimizer shards and gets exactly them back; the run
-directory is one run's, and what cannot be read or written is one sentence. (The single-process
+"""checkpoint.py: under FSDP2 each rank saves its optimizer shards and gets exactly them back, also on
+another number of processes; the run directory is one run's, and what cannot be read or written is one
+sentence. (The single-process
 save/resume path runs end to end in test_spade.py.)"""
 import fcntl
 import functools
 import resource
+import shutil
 import signal
 
 import pytest
@@ -29,11 +31,11 @@ def optimizer_round_trip(directory, model, moments="fp32"):
     rank = dist.get_rank()
     optimizer = grpo.make_optimizer(model, lr=1e-3, moments=moments)
     grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
-    checkpoint.save_optimizer(optimizer, directory, rank)
+    checkpoint.save_optimizer(optimizer, model, directory, rank)
     dist.barrier()
     fresh = models.shard_model(tiny_model())
     fresh_optimizer = grpo.make_optimizer(fresh, lr=1e-3, moments=moments)
-    checkpoint.load_optimizer(fresh_optimizer, directory, rank)
+    checkpoint.load_optimizer(fresh_optimizer, fresh, directory, rank)
     worst = 0.0
     for before, after in zip(optimizer.state.values(), fresh_optimizer.state.values()):
         for key, value in before.items():
@@ -51,6 +53,53 @@ def test_sharded_optimizer_state_resumes_on_every_rank(tmp_path):
     mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "result.pt"), run), nprocs=2)
     worst, num_states = torch.load(tmp_path / "result.pt")
     assert num_states > 0 and worst == 0.0
+
+
+def full_moments(model, optimizer):
+    """Every optimizer state by parameter name, whole: what a resume must give back on any number of processes."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    state = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    return {(name, key): torch.as_tensor(value).clone() for name, states in state["state"].items()
+            for key, value in states.items()}
+
+
+def saved_by(directory, model):
+    """One update, then the optimizer saved as a checkpoint saves it; its moments, whole."""
+    optimizer = grpo.make_optimizer(model, lr=1e-3)
+    grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
+    checkpoint.save_optimizer(optimizer, model, directory, dist.get_rank() if dist.is_initialized() else 0)
+    return full_moments(model, optimizer)
+
+
+def resumed_by(directory, model):
+    """A fresh optimizer loaded from `directory`: its moments, whole; then it trains on."""
+    optimizer = grpo.make_optimizer(model, lr=1e-3)
+    checkpoint.load_optimizer(optimizer, model, directory, dist.get_rank() if dist.is_initialized() else 0)
+    moments = full_moments(model, optimizer)
+    stats = grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
+    assert stats["grad_norm"] > 0
+    return moments
+
+
+def same(got, expected):
+    return got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+def test_fp32_optimizer_state_reshards_to_another_number_of_processes(tmp_path):
+    """Saved by 2 FSDP2 ranks, read back by one plain process and by 4 ranks; saved by one process, read back
+    by 2: every moment as it was (torch.distributed.checkpoint, by parameter name)."""
+    import torch.multiprocessing as mp
+    two, one = tmp_path / "by-two", tmp_path / "by-one"
+    mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "two.pt"), functools.partial(saved_by, two)), nprocs=2)
+    expected = torch.load(tmp_path / "two.pt")
+    assert expected and same(resumed_by(two, tiny_model()), expected)
+    mp.spawn(fsdp_worker, args=(4, free_port(), str(tmp_path / "four.pt"), functools.partial(resumed_by, two)),
+             nprocs=4)
+    assert same(torch.load(tmp_path / "four.pt"), expected)
+    expected = saved_by(one, tiny_model())
+    mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "back.pt"), functools.partial(resumed_by, one)),
+             nprocs=2)
+    assert same(torch.load(tmp_path / "back.pt"), expected)
 
 
 @pytest.mark.slow
@@ -119,7 +168,7 @@ def test_a_fresh_run_never_writes_into_another_runs_directory(tmp_path):
 
 
 @pytest.mark.parametrize("pointer", ["{garbage", "{}", "[1, 2]",
-                                     '{"version": 2, "checkpoint": "ckpt-09999", "step": 9, "config": {}}'])
+                                     '{"version": 3, "checkpoint": "ckpt-09999", "step": 9, "config": {}}'])
 def test_a_pointer_that_is_not_one_names_the_checkpoints_kept(tmp_path, pointer):
     saved_run(tmp_path, [2, 4])
     (tmp_path / "latest").write_text(pointer)
@@ -131,9 +180,10 @@ def test_a_truncated_checkpoint_file_is_one_sentence(tmp_path):
     saved_run(tmp_path, [2, 4])
     state = tmp_path / "ckpt-00004" / "state.pt"
     state.write_bytes(state.read_bytes()[:1000])
-    optimizer = torch.optim.SGD(models.tiny_model()[0].parameters(), lr=0.1)
+    model = models.tiny_model()[0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(SystemExit, match=r"ckpt-00004 cannot be read \(RuntimeError: .*ckpt-00002, ckpt-00004"):
-        checkpoint.restore(tmp_path / "ckpt-00004", optimizer, None, 0)
+        checkpoint.restore(tmp_path / "ckpt-00004", model, optimizer, None, 0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -144,7 +194,8 @@ def test_the_gpu_generator_resumes_where_it_was(tmp_path):
     saved_run(tmp_path, [2])
     expected = torch.rand(3, device="cuda")
     torch.manual_seed(1)
-    checkpoint.restore(tmp_path / "ckpt-00002", torch.optim.SGD(models.tiny_model()[0].parameters(), lr=0.1), None, 0)
+    model = models.tiny_model()[0]
+    checkpoint.restore(tmp_path / "ckpt-00002", model, torch.optim.SGD(model.parameters(), lr=0.1), None, 0)
     assert torch.equal(torch.rand(3, device="cuda"), expected)
 
 
@@ -175,14 +226,15 @@ def test_a_rank_lost_while_a_checkpoint_is_written_is_not_a_failed_write(tmp_pat
 def test_a_checkpoint_without_its_optimizer_or_with_a_memory_of_another_shape_is_one_sentence(tmp_path):
     from designer import EnvMemory
     saved_run(tmp_path, [2, 4])
-    (tmp_path / "ckpt-00004" / "optimizer-rank0.pt").unlink()
-    with pytest.raises(SystemExit, match=r"names ckpt-00004, which lacks optimizer-rank0.pt; the checkpoints kept"):
+    shutil.rmtree(tmp_path / "ckpt-00004" / "optimizer")
+    with pytest.raises(SystemExit, match=r"names ckpt-00004, which lacks optimizer; the checkpoints kept"):
         checkpoint.read_pointer(tmp_path)
-    optimizer = torch.optim.SGD(models.tiny_model()[0].parameters(), lr=0.1)
+    model = models.tiny_model()[0]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for records in ("{}", "[1, 2]", '[{"game_file": "g"}]'):
         (tmp_path / "ckpt-00002" / "env_memory.json").write_text(records)
         with pytest.raises(SystemExit, match=r"ckpt-00002 cannot be read \(ValueError: expected a JSON list of records"):
-            checkpoint.restore(tmp_path / "ckpt-00002", optimizer, EnvMemory(tmp_path / "memory.json"), 0)
+            checkpoint.restore(tmp_path / "ckpt-00002", model, optimizer, EnvMemory(tmp_path / "memory.json"), 0)
 
 
 def test_a_disk_too_full_for_a_checkpoint_keeps_the_last_good_one(tmp_path):

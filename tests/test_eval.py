@@ -471,8 +471,9 @@ def test_an_endpoint_that_does_not_answer():
 
 @pytest.mark.slow
 def test_smollm2_games_suite_offline(tmp_path, capsys):
-    """The shipped SmolLM2-135M through the whole games suite on CPU (smoke defaults), table included."""
-    run.main(["--model", "smollm2-135m", "--suite", "games", "--out", str(tmp_path), "--device", "cpu"])
+    """The shipped SmolLM2-135M through the whole games suite on CPU (smoke settings), table included."""
+    run.main(["--model", "smollm2-135m", "--suite", "games", "--out", str(tmp_path), "--device", "cpu",
+              "--max-new-tokens", "32"])   # the smoke default is 256: the same path, shorter
     printed = capsys.readouterr().out
     assert "smollm2-135m" in printed and "— livecodebench" in printed
     assert len(list(tmp_path.glob("*.json"))) == 6

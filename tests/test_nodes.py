@@ -32,13 +32,20 @@ def finished(launchers, timeout=300):
     return [(p.wait(timeout=timeout), p.stdout.read()) for p in launchers]
 
 
-def test_two_nodes_run_to_the_end_in_a_run_directory_they_share(tmp_path):
+def test_two_nodes_run_to_the_end_and_their_run_resumes_in_one_process(tmp_path):
+    """Two nodes of one rank each (hybrid sharding: a copy a node) in a run directory they share; then the
+    run goes on in one process: the model's checkpoint is whole and the optimizer's resharded
+    (checkpoint.load_optimizer), as for a job that lost a node (more processes: test_checkpoint.py)."""
     out = tmp_path / "shared"
     (status0, output0), (status1, output1) = finished(nodes(lambda node: [*FAST, "--steps", "2", "--out", str(out)],
                                                             free_port()))
     assert status0 == status1 == 0, output0[-3000:] + output1[-3000:]
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1] and (out / "latest").is_file()
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    alone = subprocess.run([sys.executable, str(ROOT / "spade.py"), "--resume", str(out), "--steps", "3"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert alone.returncode == 0 and f"resumed {out} at step 2" in alone.stdout, alone.stdout[-3000:] + alone.stderr[-3000:]
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps] == [0, 1, 2] and steps[-1]["grpo/num_samples"] > 0
 
 
 def test_two_nodes_with_run_directories_of_their_own_are_refused_before_the_model_loads(tmp_path):
@@ -121,3 +128,4 @@ def test_tensor_parallel_groups_never_span_a_node(monkeypatch):
     with pytest.raises(SystemExit, match="--tp 8 does not divide the 4 ranks of a node"):
         run.engine_tp(cfg, "vllm", 8, None)
     assert run.engine_tp(spade.configure(dict(model="tiny", tp=2)), "vllm", 8, None) == 2
+

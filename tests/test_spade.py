@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from infra import checkpoint
+
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--model", "tiny", "--steps", "2", "--regen-interval", "2", "--num-envs", "2", "--plays-per-env", "2",
         "--max-new-tokens", "16", "--max-turns", "2", "--lr", "1e-3"]
@@ -213,7 +215,7 @@ def test_a_knob_out_of_its_range_is_one_sentence_before_anything_loads(args, mes
 
 
 def fake_checkpoint(run_dir, name="ckpt-00002"):
-    for part in ("model", "state.pt", "env_memory.json", "optimizer-rank0.pt"):   # what read_pointer looks for
+    for part in ("model", "state.pt", "env_memory.json", "optimizer"):   # what read_pointer looks for
         (run_dir / name / part).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / name / part).touch()
 
@@ -222,7 +224,7 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     from spade import configure, parse_config
     saved = dataclasses.asdict(configure(dict(model="tiny", steps=2, lr=1e-5)))
     fake_checkpoint(tmp_path)
-    (tmp_path / "latest").write_text(json.dumps({"version": 2, "checkpoint": "ckpt-00002", "step": 2, "config": saved}))
+    (tmp_path / "latest").write_text(json.dumps({"version": checkpoint.VERSION, "checkpoint": "ckpt-00002", "step": 2, "config": saved}))
     with pytest.raises(SystemExit, match=r"--lr \(saved: 1e-05\) cannot change"):   # refused, not ignored
         parse_config(["--resume", str(tmp_path), "--steps", "4", "--lr", "1e-3"])
     with pytest.raises(SystemExit, match="at step 2 already: give more --steps"):
@@ -236,18 +238,18 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
     # --wandb is this invocation's (a run logged to W&B resumes where wandb is missing); a config written
     # by another version: knobs it lacks take their defaults, one it has that we do not is one sentence.
     older = {k: v for k, v in saved.items() if k != "top_k"}
-    (tmp_path / "latest").write_text(json.dumps({"version": 2, "checkpoint": "ckpt-00002", "step": 2,
+    (tmp_path / "latest").write_text(json.dumps({"version": checkpoint.VERSION, "checkpoint": "ckpt-00002", "step": 2,
                                                  "config": {**older, "wandb": True}}))
     assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).wandb is False
     (tmp_path / "latest").write_text(json.dumps({"checkpoint": "ckpt-00002", "step": 2, "config": saved}))
-    with pytest.raises(SystemExit, match=r"another version of spade.py \(checkpoint version 1, this one reads 2\)"):
+    with pytest.raises(SystemExit, match=rf"another version of spade.py \(checkpoint version 1, this one reads {checkpoint.VERSION}\)"):
         parse_config(["--resume", str(tmp_path), "--steps", "4"])           # an earlier version's: refused
-    (tmp_path / "latest").write_text(json.dumps({"version": 2, "checkpoint": "ckpt-00002", "step": 2,
+    (tmp_path / "latest").write_text(json.dumps({"version": checkpoint.VERSION, "checkpoint": "ckpt-00002", "step": 2,
                                                  "config": {**saved, "beam_width": 4}}))
     with pytest.raises(SystemExit, match="written by another version of spade.py .*beam_width"):
         parse_config(["--resume", str(tmp_path), "--steps", "4"])
     # A fork's setting (the toy's) is named, not refused as a --setting the user never gave.
-    (tmp_path / "latest").write_text(json.dumps({"version": 2, "checkpoint": "ckpt-00002", "step": 2,
+    (tmp_path / "latest").write_text(json.dumps({"version": checkpoint.VERSION, "checkpoint": "ckpt-00002", "step": 2,
                                                  "config": {**saved, "setting": "toy"}}))
     with pytest.raises(SystemExit, match=f"is a run of the setting 'toy'.*python -m toy --resume {tmp_path}"):
         parse_config(["--resume", str(tmp_path), "--steps", "4"])
