@@ -116,6 +116,14 @@ def test_sharded_torchao_optimizer_state_resumes_on_every_rank(tmp_path, monkeyp
     mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "result.pt"), run, 600), nprocs=2)
     worst, num_states = torch.load(tmp_path / "result.pt")
     assert num_states > 0 and worst == 0.0
+    # What cannot be resharded or converted is one sentence: 8-bit moments of 2 ranks in one process, and
+    # 8-bit moments where the plan takes fp32 ones.
+    model = tiny_model()
+    with pytest.raises(SystemExit, match=r"holds torchao's 8-bit optimizer moments of 2 processes, which cannot be "
+                                         r"resharded; resume it with 2, not 1"):
+        checkpoint.load_optimizer(grpo.make_optimizer(model, moments="8bit"), model, tmp_path, 0)
+    with pytest.raises(SystemExit, match=r"holds 8-bit optimizer moments and this run's memory plan takes fp32 ones"):
+        checkpoint.load_optimizer(grpo.make_optimizer(model), model, tmp_path, 0)
 
 
 # --- the run directory: one process, one run; what cannot be read or written is one sentence ---------
