@@ -105,25 +105,29 @@ def test_fp32_optimizer_state_reshards_to_another_number_of_processes(tmp_path):
 @pytest.mark.slow
 def test_sharded_torchao_optimizer_state_resumes_on_every_rank(tmp_path, monkeypatch):
     """The same with torchao's 8-bit AdamW, what the memory plan takes where fp32 moments do not fit
-    (make test-vllm installs it).
-    Compiles torchao's step per parameter shape first: a long collective timeout, and AOT autograd's
-    cache off as spade.py sets it under torchrun."""
+    (make test-vllm installs it; bitsandbytes' rejects FSDP2's DTensors). Twice, sharing one compile cache,
+    as two trainings on one machine do: with AOT autograd's cache on, the second dies in optimizer.step,
+    which is why spade.py turns it off (launch.as_ranks), as here. The first compiles torchao's step for
+    every parameter shape: a long collective timeout."""
     pytest.importorskip("torchao.optim")
     import torch.multiprocessing as mp
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))   # the workers inherit both
     monkeypatch.setenv("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
-    run = functools.partial(optimizer_round_trip, tmp_path, moments="8bit")
-    mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "result.pt"), run, 600), nprocs=2)
-    worst, num_states = torch.load(tmp_path / "result.pt")
-    assert num_states > 0 and worst == 0.0
+    for attempt in range(2):
+        directory = tmp_path / f"run{attempt}"
+        directory.mkdir()
+        run = functools.partial(optimizer_round_trip, directory, moments="8bit")
+        mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "result.pt"), run, 600), nprocs=2)
+        worst, num_states = torch.load(tmp_path / "result.pt")
+        assert num_states > 0 and worst == 0.0, attempt
     # What cannot be resharded or converted is one sentence: 8-bit moments of 2 ranks in one process, and
     # 8-bit moments where the plan takes fp32 ones.
     model = tiny_model()
     with pytest.raises(SystemExit, match=r"holds torchao's 8-bit optimizer moments of 2 processes, which cannot be "
                                          r"resharded; resume it with 2, not 1"):
-        checkpoint.load_optimizer(grpo.make_optimizer(model, moments="8bit"), model, tmp_path, 0)
+        checkpoint.load_optimizer(grpo.make_optimizer(model, moments="8bit"), model, directory, 0)
     with pytest.raises(SystemExit, match=r"holds 8-bit optimizer moments and this run's memory plan takes fp32 ones"):
-        checkpoint.load_optimizer(grpo.make_optimizer(model), model, tmp_path, 0)
+        checkpoint.load_optimizer(grpo.make_optimizer(model), model, directory, 0)
 
 
 # --- the run directory: one process, one run; what cannot be read or written is one sentence ---------

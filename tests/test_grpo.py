@@ -504,32 +504,6 @@ def test_fsdp2_keeps_fp32_master_weights_computes_in_bf16_and_reduces_in_fp32(tm
     assert out["optimizer"] == "AdamW" and out["wide"] > 0.5
 
 
-def torchao_update(model):
-    optimizer = grpo.make_optimizer(model, lr=1e-3, moments="8bit")
-    before = {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
-    stats = grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16)
-    moved = {name: not torch.equal(before[name], tensor) for name, tensor in grpo.full_named_parameters(model)}
-    return type(optimizer).__module__, stats["grad_norm"], moved
-
-
-@pytest.mark.slow
-def test_fsdp2_steps_with_torchao_8bit_adamw(tmp_path, monkeypatch):
-    """8-bit moments under FSDP2 (where the memory plan needs them) are torchao's: bitsandbytes' AdamW8bit
-    rejects FSDP2's DTensors. Two runs
-    share one compile cache, as two trainings on one machine do: with AOT autograd's cache on, the
-    second dies in optimizer.step, which is why spade.py turns it off under torchrun (as here).
-    About 2 minutes: torchao compiles its step for every parameter shape in the first run."""
-    pytest.importorskip("torchao.optim")
-    import torch.multiprocessing as mp
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))   # the workers inherit both
-    monkeypatch.setenv("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
-    for run in range(2):  # the first step compiles for minutes: a long collective timeout
-        mp.spawn(fsdp_worker, args=(2, free_port(), str(tmp_path / "torchao.pt"), torchao_update, 600), nprocs=2)
-        module, grad_norm, moved = torch.load(tmp_path / "torchao.pt")
-        assert module.startswith("torchao.optim") and math.isfinite(grad_norm) and grad_norm > 0, run
-        assert moved and all(moved.values()), (run, [name for name, changed in moved.items() if not changed])
-
-
 # ---------------------------------------------------------------------------------------------------
 # Learning: a trivial environment family with a scripted check.
 
