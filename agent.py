@@ -335,8 +335,7 @@ def _render_prompts(tokenizer, live, thinking, max_context):
 
 def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turns, seeds=None,
          max_context=32768, max_new_tokens=8192, timeout_s=30.0, stats=None, thinking=False, progress=None):
-    """Play every environment `plays_per_env` times; return the episodes, env-major
-    (all plays of envs[0], then envs[1], ...).
+    """Play every environment `plays_per_env` times; return the episodes, env-major (envs[0]'s plays first).
 
     envs: objects with .env_id, .skill, .code. hints: None (unhinted) or one hint string per env.
     seeds: None or, per env, a list of `plays_per_env` reset seeds (see `play_seeds`).
@@ -345,10 +344,9 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
     one per turn so turns do not replay one random stream). stats: an optional dict that receives
     wall_s, generate_s, env_s, num_generate_calls, num_episodes, num_generated_tokens.
     thinking: METHOD.md 4.2's mode (module docstring): a prompt rendered per turn, a sequence per turn.
-    progress: a label for a bar of finished plays, updated every turn (shown on a terminal only).
-    What an environment returns that can no longer fit max_context is cut before it is tokenised
-    (chars_per_token), and a reply's tool calls stop running there.
-    Never raises for environment failures; a bug in the engine or tokenizer does raise.
+    progress: a label for a bar of finished plays, updated every turn (shown on a terminal only). Text
+    an environment returns that cannot fit max_context is cut before it is tokenised (chars_per_token),
+    and a reply's tool calls stop there. Never raises for environment failures; engine bugs do raise.
     """
     assert hints is None or (len(hints) == len(envs) and all(isinstance(h, str) for h in hints)), \
         "hints must be None or one string per environment"

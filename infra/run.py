@@ -66,10 +66,9 @@ def set_up(cfg, setting):
         if restarted:
             log.rewind(0)   # what the lost attempt logged: its steps are played again
         random.seed(cfg.seed), torch.manual_seed(cfg.seed)
-        # The sandbox every environment runs in: started first, so a machine that cannot isolate
-        # model-written code stops here, in one sentence (RLVE's environments are a package's, not a
-        # model's). What the environments grow from, the corpus or a baseline's fixed pool, is read
-        # before the model loads: a bad file is then an error in seconds, not after minutes.
+        # The sandbox every environment runs in: started first, so a machine that cannot isolate model-written
+        # code stops here, in one sentence (RLVE's environments are a package's). What the environments grow
+        # from, the corpus or a fixed pool, is read before the model loads: a bad file is an error in seconds.
         try:
             isolation = None if cfg.rlve else sandbox.summary()   # the layers that hold, and any missing
             if isolation:
@@ -81,12 +80,9 @@ def set_up(cfg, setting):
         except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
             raise SystemExit(f"spade.py: {e}")
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        chosen = memory_plan(cfg, setting, world, node_size(world)) if device == "cuda" else None   # before loading
-        if chosen:
-            log.print("memory plan: " + chosen.summary())
-        model, tokenizer, gen, ref_model, optimizer, params = load_trainer(cfg, checkpoint, device, world,
-                                                                           step=pointer["step"] if pointer else 0,
-                                                                           chosen=chosen)
+        chosen = memory_plan(cfg, setting, world, node_size(world), log) if device == "cuda" else None
+        model, tokenizer, gen, ref_model, optimizer, params = load_trainer(
+            cfg, checkpoint, device, world, step=pointer["step"] if pointer else 0, chosen=chosen)
     skills = cfg.skill_list()
     seeds = [e for e in load_pool(ROOT / setting.seeds, validate=False) if e.skill in skills]
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
@@ -113,9 +109,9 @@ def engine_kind(cfg, device):
     return cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_here else "hf")
 
 
-def memory_plan(cfg, setting, gpus, node_gpus=None):
-    """infra/plan.py's plan of this run on these GPUs (`node_gpus` of them a node), or one sentence naming the
-    smallest change that fits."""
+def memory_plan(cfg, setting, gpus, node_gpus=None, log=None):
+    """infra/plan.py's plan of this run on these GPUs (`node_gpus` of them a node), printed to `log`, before
+    the model loads; or one sentence naming the smallest change that fits."""
     import torch
     from infra import plan
     try:
@@ -133,6 +129,8 @@ def memory_plan(cfg, setting, gpus, node_gpus=None):
     if chosen.problem:
         raise SystemExit(f"spade.py: {cfg.model} does not fit on {gpus} GPU{'s' * (gpus > 1)} of "
                          f"{card / plan.GiB:.1f} GiB: {chosen.problem}")
+    if log:
+        log.print("memory plan: " + chosen.summary())
     return chosen
 
 

@@ -188,9 +188,8 @@ def main():
 
 
 def serve(control):
-    """Read the config, find which layers work here, then serve spawn/reap requests until the trainer's
-    socket closes. Every reply carries its request's id, so that the trainer can never read another's.
-    Returns only in a child it forked, confined: the fd of its socket."""
+    """Read the config, find which layers work here, then serve spawn/reap requests (each reply carrying
+    its request's id) until the trainer's socket closes. Returns only in a forked child: its socket's fd."""
     config = json.loads(control.recv(1 << 20))
     sys.path[:] = list(dict.fromkeys(config["path"]))   # the project, then the trainer's sys.path
     for name in PRELOAD:
