@@ -8,12 +8,12 @@
 #   bash bench/gpu_check.sh            # all steps
 #   bash bench/gpu_check.sh logprob_bench update_bench   # only these
 #
-# Through the device tool, with the wheels of bitsandbytes 0.50.2, liger-kernel 0.8.5, torchao 0.18.0
-# and transformers 5.19.0 (our pin; the image has 5.17), 60 MB in all, carried in .whl/ (kept out of
+# Through the device tool, with the wheels of liger-kernel 0.8.5, torchao 0.18.0 and transformers
+# 5.19.0 (our pin; the image has 5.17), carried in .whl/ (kept out of
 # git through .git/info/exclude). For the GPU machine's Python 3.12 on x86-64:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
-#     -d .whl bitsandbytes==0.50.2 liger-kernel==0.8.5 torchao==0.18.0 transformers==5.19.0
+#     -d .whl liger-kernel==0.8.5 torchao==0.18.0 transformers==5.19.0
 # transformers 5.19 needs tokenizers >= 0.23.1 and huggingface-hub >= 1.31 at import; if the image's are
 # older, the first line of the output says so and every step fails at once: rerun without the
 # transformers wheel (`rm .whl/transformers-*` before the call) to use the image's 5.17.
@@ -59,7 +59,7 @@ step() {  # step NAME SECONDS COMMAND...: run it under timeout, log to $OUT_DIR/
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$PY" -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers',
 transformers.__version__, 'triton', triton.__version__)"
-  "$PY" -m pip list 2>/dev/null | grep -iE "^(bitsandbytes|liger[-_]kernel|torchao|transformers|tokenizers|huggingface[-_]hub) "
+  "$PY" -m pip list 2>/dev/null | grep -iE "^(liger[-_]kernel|torchao|transformers|tokenizers|huggingface[-_]hub) "
   date -u; } 2>&1 | tee -a "$SUMMARY"
 
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts=)

@@ -53,7 +53,8 @@ def gpu_run(moments):
 
 def optimizers():
     """(name, build(lr) -> (model, optimizer)): the reference first."""
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)   # as grpo.make_optimizer
+    # bitsandbytes logs a failure to load an optional CPU kernel that its optimizers do not need
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     import bitsandbytes
     rows = [("fp32 weights, torch AdamW (fp32 moments): reference",
              plain(torch.float32, lambda groups, lr: torch.optim.AdamW(groups, lr=lr, betas=BETAS))),

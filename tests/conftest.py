@@ -1,5 +1,5 @@
 """Test-wide setup. Triton kernels run on a CPU only through its interpreter, and the switch must
-be set before anything imports triton (bitsandbytes, which engine.py and grpo.py use, does)."""
+be set before anything imports triton (torch's compiler and the tests' modules do)."""
 import os
 
 import torch

@@ -3,7 +3,7 @@
 Without a GPU the Triton kernels run in Triton's CPU interpreter (slow: shapes stay tiny and the tiles
 shrink to 16-64 so that odd sizes exercise every mask); with one, the same tests run compiled on CUDA.
 The interpreter must be chosen before triton is first imported (tl.zeros, tl.max... are themselves
-jitted), and bitsandbytes imports triton: when an earlier test module already did that, the Triton
+jitted), and other modules import triton: when an earlier test module already did that, the Triton
 tests here are rerun in a fresh process instead (test_triton_tests_in_a_fresh_process).
 """
 import dataclasses
