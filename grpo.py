@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from compute import attention
-from infra import models
+from backend import models
 from compute import packing
 
 
@@ -269,7 +269,7 @@ def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1, moments=
     """AdamW with METHOD.md 7.2's defaults on the fp32 (master) weights; no weight decay on biases and
     norm scales (1-D). `moments`: "fp32" (torch's AdamW, as officially: every CPU run, and GPU runs where
     the memory plan finds room) or "8bit" (torchao's AdamW8bit, which takes FSDP2's DTensors; where it
-    does not: infra/plan.py).
+    does not: harness/plan.py).
     """
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [dict(params=[p for _, p in params if p.ndim >= 2], weight_decay=weight_decay),

@@ -2,7 +2,7 @@
 
     python spade.py                                   # the embedded default: SmolLM2-135M on CPU, offline
     python spade.py --model Qwen3-4B                  # one GPU, the paper's settings (METHOD.md 7.3)
-    python spade.py --model Qwen3-30B-A3B             # one node: a rank per GPU (infra/launch.py), FSDP2
+    python spade.py --model Qwen3-30B-A3B             # one node: a rank per GPU (backend/launch.py), FSDP2
     python spade.py --pool envs/                      # baseline: fixed-pool GRPO, no designer
     python spade.py --rlve --model Qwen3-4B           # baseline: RLVE's environments (baselines/rlve.py)
     python spade.py --resume out/<run>                # carry on from the last checkpoint
@@ -11,8 +11,8 @@
 
 Top to bottom: the thirty knobs (`Config`), the values that have no flag (`Unflagged`), the settings and
 METHOD.md 7.3's per-run tables (data), the order they apply in (`layers`), then the loop (`train`) in the
-paper's order (METHOD.md 0). The set-up is infra/run.py; dividing a phase's work between ranks is
-infra/launch.py's `divide`. Not here: a batch trimmed to a fixed size, retries of FAILED plays, more
+paper's order (METHOD.md 0). The set-up is harness/setup.py; dividing a phase's work between ranks is
+backend/launch.py's `divide`. Not here: a batch trimmed to a fixed size, retries of FAILED plays, more
 than one node.
 """
 import argparse
@@ -33,8 +33,8 @@ try:   # no torch below this line's imports: a bad flag is one sentence in a sec
     import regret
     from designer import Setting
     from envs import GAME_SKILLS, TOOL_SKILLS
-    from infra import launch
-    from infra.checkpoint import read_pointer, save_checkpoint
+    from backend import launch
+    from harness.checkpoint import read_pointer, save_checkpoint
 except ModuleNotFoundError as e:   # a Python without the packages: the venv that `make` builds has them
     raise SystemExit(f"spade.py: {e}; run it with .venv/bin/python (`make` builds it) or pip install -r "
                      f"requirements.txt") from None
@@ -75,7 +75,7 @@ class Config:
     kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for tool use and Qwen3-8B)
     # engines and GPUs
     engine: str = "auto"              # in-process transformers or vLLM (auto: vllm on CUDA when installed)
-    tp: int = 0                       # vLLM's tensor-parallel size; 0 = the memory plan's (infra/plan.py)
+    tp: int = 0                       # vLLM's tensor-parallel size; 0 = the memory plan's (harness/plan.py)
     # the run's directory
     out: str = "out/{time}"           # the run's directory; {time} is its start, YYYYmmdd-HHMMSS
     save_every: int = 16              # checkpoint every N steps (and at the end)
@@ -196,7 +196,7 @@ def parse_config(argv):
                     f"uses, the layer that set it] (layers, each over those before it: "
                     f"{', '.join(name for name, _ in layers({}))}; METHOD.md 7.3). `python spade.py config "
                     f"--knob VALUE ...` prints every value of a command line with its layer.",
-        epilog="python spade.py report out/<run>: a run's plots and HTML page (infra/report.py)")
+        epilog="python spade.py report out/<run>: a run's plots and HTML page (harness/report.py)")
     for title, knobs in knob_groups():
         group = parser.add_argument_group(title)
         for name, meaning in knobs:
@@ -312,19 +312,19 @@ def resumed_config(given):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
-        from infra import report
+        from harness import report
         return report.main(argv[1:])
     if argv[:1] == ["config"]:   # the header such a run prints: every value under the layer that set it
-        from infra.report import config_lines
+        from harness.report import config_lines
         return print("\n".join(config_lines(parse_config(argv[1:]))))
     cfg = parse_config(argv)
     status = launch.as_ranks(argv, __file__)   # several GPUs: this process starts one rank per GPU
     if status is not None:
         sys.exit(status)
-    from infra.run import set_up
+    from harness.setup import set_up
     run = set_up(cfg, SETTINGS[cfg.setting])
     if train(run) and run.rank == 0:
-        from infra import report
+        from harness import report
         report.main([str(run.dir)])
     if run.world > 1:
         launch.end_rank()   # not the interpreter's exit, beside torch.distributed's threads
@@ -334,7 +334,7 @@ def train(run):
     """The self-play loop, one policy update a step, in the paper's order (METHOD.md 0). False when a
     Ctrl-C stopped it after a step (its checkpoint saved).
 
-    `run` comes from infra/run.py's `set_up`: the model, its engine `run.gen` and the sampling
+    `run` comes from harness/setup.py's `set_up`: the model, its engine `run.gen` and the sampling
     `run.params` (agent and designer at --temperature, --top-p and --top-k; hints at T 0.3, top-p 0.9),
     the KL reference, the optimizer, the corpus, the memory (seeded with the setting's seed environments
     on a fresh run) and `run.state`, what a checkpoint keeps: the step, the pool (empty until the first
@@ -557,7 +557,7 @@ def remember(run, regen, episodes, played, step):
 
 
 def step_metrics(played, episodes, agent_samples, designer_batch, update, times, start):
-    from infra.report import agent_metrics, designer_metrics
+    from harness.report import agent_metrics, designer_metrics
     metrics = {**agent_metrics(played, episodes), "agent/samples": len(agent_samples),
                **designer_metrics(designer_batch), "seconds": time.perf_counter() - start}
     metrics.update({f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))})

@@ -150,7 +150,7 @@ def play_round(curriculum, names, rng, engine, tokenizer, plays, divide=None, *,
                max_new_tokens=8192, thinking=False, **play_kwargs):
     """One step of the baseline: a new problem of each named environment (`Curriculum.problem`), each
     answered `plays` times (`play`); the curriculum counts the plays. Returns the episodes.
-    `divide(sizes, work)`: where the (problem, play) pairs are played (infra/launch.py, `divide`); here by default.
+    `divide(sizes, work)`: where the (problem, play) pairs are played (backend/launch.py, `divide`); here by default.
     The round's longest prompt sets the budget, whichever pairs a rank plays."""
     problems = [curriculum.problem(name, rng) for name in names]
     longest = max(map(len, _prompts(problems, tokenizer, thinking)[1]))

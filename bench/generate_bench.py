@@ -20,8 +20,8 @@ import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from infra import engine  # noqa: E402
-from infra import models  # noqa: E402
+from backend import engine  # noqa: E402
+from backend import models  # noqa: E402
 
 SAMPLING = dict(temperature=0.6, top_p=0.95, top_k=20)
 

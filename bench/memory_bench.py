@@ -1,4 +1,4 @@
-"""The memory plan (infra/plan.py) against the real update simulated on this CPU, for Qwen3-4B, 8B and 30B-A3B.
+"""The memory plan (harness/plan.py) against the real update simulated on this CPU, for Qwen3-4B, 8B and 30B-A3B.
 
     python bench/memory_bench.py                       # 3 models x 1 and 8 GPUs, a few minutes on 2 cores
     python bench/memory_bench.py --models random-qwen3-4b --gpus 8 --layers 2     # a quick look
@@ -36,7 +36,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 import grpo  # noqa: E402
-from infra import models, plan  # noqa: E402
+from backend import models  # noqa: E402
+from harness import plan  # noqa: E402
 
 GiB = 2 ** 30
 MODELS = {"random-qwen3-4b": 0.0, "random-qwen3-8b": 0.005, "random-qwen3-30b-a3b": 0.0}   # with their runs' KL
@@ -121,7 +122,7 @@ def fake_update(name, gpus, tokens, kl_coef, moments):
 def cuda_update(name, tokens, kl_coef, moments):
     """The same on this process's GPU, for real, in a process group of one: (torch.cuda.max_memory_allocated
     of the second update, torch.cuda.memory_allocated after it). bench/gpu_check.sh runs it."""
-    from infra.launch import free_port
+    from backend.launch import free_port
     dist.init_process_group("nccl", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{free_port()}")
     try:
         model, _ = models.random_model(name, dtype=torch.float32, device="cuda")

@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 import grpo  # noqa: E402
-from infra import models  # noqa: E402
-from infra.launch import free_port  # noqa: E402
+from backend import models  # noqa: E402
+from backend.launch import free_port  # noqa: E402
 
 BETAS, DECAY = (0.9, 0.98), 0.1   # METHOD.md 7.2
 
@@ -44,7 +44,7 @@ def plain(dtype, make):
 
 def gpu_run(moments):
     """The tiny model as a GPU run holds it: FSDP2 with fp32 masters and bf16 compute, and the optimizer
-    of the run's memory plan (`moments`: infra/plan.py)."""
+    of the run's memory plan (`moments`: harness/plan.py)."""
     def build(lr):
         model = models.shard_model(models.tiny_model(dtype=torch.float32)[0], torch.bfloat16)
         return model, grpo.make_optimizer(model, lr=lr, betas=BETAS, weight_decay=DECAY, moments=moments)

@@ -6,7 +6,7 @@ of this machine, with the tiny model (one torch thread per rank), side by side i
 The play phase is `spade.play_on_ranks` over seed environments of envs/ (every (environment, play)
 pair once on the node: launch.share, then launch.gather); the designer phase is `designer.design` over
 `--slots` slots, divided the same way (`launch.divide`), validation included. The model is FSDP2-sharded
-over the ranks, as in a run, and gathered whole for each phase (infra/engine.py, `HFEngine.independent`).
+over the ranks, as in a run, and gathered whole for each phase (backend/engine.py, `HFEngine.independent`).
 
 Each round runs three things one after the other: 1 rank; 2 ranks; and 2 processes "apart", which
 share nothing but the start line and each play half of the plays and design half of the slots as if
@@ -36,8 +36,8 @@ def worker(rank, world, port, args, out, apart=False):
     import torch
     import torch.distributed as dist
     import designer
-    from infra import engine
-    from infra import launch, models
+    from backend import engine
+    from backend import launch, models
     import spade
     from envs import GAME_SKILLS, load_pool
     torch.set_num_threads(1)
@@ -81,7 +81,7 @@ def worker(rank, world, port, args, out, apart=False):
 def measure(world, args, apart=False):
     """{phase: seconds} of one run on `world` ranks (fresh processes: nothing carries over)."""
     import torch.multiprocessing as mp
-    from infra.launch import free_port
+    from backend.launch import free_port
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "times.json")
         mp.spawn(worker, args=(world, free_port(), args, out, apart), nprocs=world)

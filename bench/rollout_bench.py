@@ -26,8 +26,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import agent  # noqa: E402
-from infra import engine  # noqa: E402
-from infra import models  # noqa: E402
+from backend import engine  # noqa: E402
+from backend import models  # noqa: E402
 import envs  # noqa: E402
 
 

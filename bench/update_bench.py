@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 from compute import attention  # noqa: E402
-from infra import models  # noqa: E402
+from backend import models  # noqa: E402
 import grpo  # noqa: E402
 from compute import packing  # noqa: E402
 
@@ -208,7 +208,7 @@ def main():
     models = args.models or (["tiny"] if args.quick else ["random-qwen3-4b", f"random-qwen3-30b-a3b:{args.moe_layers}"])
     if cuda:
         import torch.distributed as dist
-        from infra.launch import free_port
+        from backend.launch import free_port
         dist.init_process_group("nccl", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{free_port()}")
         print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []

@@ -19,7 +19,7 @@ import json
 
 from math_verify import parse, verify
 
-from infra.engine import SamplingParams
+from backend.engine import SamplingParams
 from eval.common import Problem, Unavailable, avg_and_pass, first, percent, read_jsonl, sample_and_score, sampling
 
 SETTINGS = SamplingParams(temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=32768)  # avg@32 (see above)

@@ -33,7 +33,7 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
-from infra.engine import SamplingParams
+from backend.engine import SamplingParams
 from eval.common import chat_prompt, first, generate_texts, percent, sampling
 
 SETTINGS = SamplingParams(temperature=0.0, max_new_tokens=4096)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.engine import SamplingParams
+from backend.engine import SamplingParams
 
 
 class Unavailable(Exception):

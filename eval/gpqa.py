@@ -20,7 +20,7 @@ import random
 import re
 from pathlib import Path
 
-from infra.engine import SamplingParams
+from backend.engine import SamplingParams
 from eval.common import Problem, Unavailable, avg_and_pass, first, percent, sample_and_score, sampling
 
 SETTINGS = SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=32768)

@@ -22,8 +22,8 @@ import time
 import torch
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-from infra import engine
-from infra import models
+from backend import engine
+from backend import models
 from eval.common import Options
 from eval.run import run_benchmark
 

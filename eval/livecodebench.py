@@ -22,7 +22,7 @@ import pickle
 import re
 import zlib
 
-from infra.engine import SamplingParams
+from backend.engine import SamplingParams
 from eval.common import Problem, Unavailable, avg_and_pass, first, percent, read_jsonl, sample_and_score, sampling
 from sandbox import EnvSandbox, SandboxError
 

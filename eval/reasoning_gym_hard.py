@@ -19,7 +19,7 @@ from pathlib import Path
 import reasoning_gym
 from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
 
-from infra.engine import SamplingParams
+from backend.engine import SamplingParams
 from eval.common import Problem, Unavailable, first, percent, sample_and_score, sampling
 
 SPLIT_PATH = Path(__file__).with_name("rg_hard_split.json")

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from infra import engine
-from infra import models
+from backend import engine
+from backend import models
 from eval import aime, bfcl, external, gpqa, livecodebench, reasoning_gym_hard, table
 from eval.common import Options, Unavailable
 

@@ -39,7 +39,7 @@ What each child gets (protected against):
   (read-only, so imports work as in the trainer, also from a project or venv under /tmp or a 0700
   home; never one of those five whole); the default run directories (out/ in the project and where
   the trainer started, if there when the fork server starts) are empty too, and a run directory is
-  0700 (infra/checkpoint.claim), which a child with a uid of its own cannot enter; one writable
+  0700 (harness/checkpoint.claim), which a child with a uid of its own cannot enter; one writable
   place, a private 64 MiB tmpfs on /tmp (also /dev/shm, its cwd and HOME) that vanishes with it;
   RLIMIT_FSIZE 64 MiB, RLIMIT_NOFILE 256 (16 MiB and 64 without a memory cgroup, which bounds
   memfds); a read-only /dev of null, zero, full, random, urandom, tty, shm and the fd links (ptmx

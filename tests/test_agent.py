@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
-from infra import engine
-from infra import models
+from backend import engine
+from backend import models
 import sandbox
 from envs import Environment
 from agent import GAME_FRAMING, TOOL_CALL_REMINDER, Episode, game_prompt, play, play_seeds

@@ -5,7 +5,7 @@ import agent
 import regret
 from agent import drop_failed
 from grpo import agent_samples, num_trained_episodes
-from infra.report import agent_metrics
+from harness.report import agent_metrics
 
 
 def trained_agent_samples(episodes, compact_filter):

@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from infra import checkpoint
+from harness import checkpoint
 import grpo
-from infra import models
-from infra.launch import free_port
+from backend import models
+from backend.launch import free_port
 from test_grpo import fsdp_samples, fsdp_worker, tiny_model
 
 

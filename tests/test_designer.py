@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import designer
-from infra import engine
-from infra import models
+from backend import engine
+from backend import models
 import prompts
 from designer import Corpus, builtin_corpus
 from designer import EnvMemory, design, render_memory, skills_for_epoch, slots_for_epoch, write_hints

@@ -16,10 +16,10 @@ import huggingface_hub
 import pytest
 import torch
 
-from infra import engine
-from infra import models
-from infra.engine import Completion, HFEngine, SamplingParams
-from infra.models import load_model
+from backend import engine
+from backend import models
+from backend.engine import Completion, HFEngine, SamplingParams
+from backend.models import load_model
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -191,7 +191,7 @@ def test_a_sharded_model_generates_gathered_and_is_resharded_after(tiny, prompts
     # Under FSDP2 a generate call gathers the model once and decodes from local weights (no all-gather per
     # token), gives the tokens of the unsharded model, and leaves the model sharded for training.
     import torch.multiprocessing as mp
-    from infra.launch import free_port
+    from backend.launch import free_port
     mp.spawn(sharded_generate_worker, args=(2, free_port(), str(tmp_path / "out.pt")), nprocs=2)
     out = torch.load(tmp_path / "out.pt")
     model, tokenizer = tiny

@@ -17,8 +17,8 @@ import torch
 
 from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
 
-from infra import engine
-from infra.engine import Completion, SamplingParams
+from backend import engine
+from backend.engine import Completion, SamplingParams
 from eval import aime, bfcl, common, external, gpqa, livecodebench, reasoning_gym_hard, run, table
 from eval.common import Options, Unavailable
 
@@ -136,7 +136,7 @@ def test_the_cpu_defaults_are_a_smoke_run_and_full_is_one_flag_away(capsys):
 
 def test_a_benchmark_shows_its_progress_as_a_tqdm_bar(tmp_path, capsys):
     from tqdm import tqdm
-    from infra.models import tiny_model
+    from backend.models import tiny_model
     model, tokenizer = tiny_model()
     stream = io.StringIO()
     options = Options(batch_size=2, max_new_tokens=2, progress=tqdm(total=0, desc="aime2025", file=stream, disable=False))
@@ -299,7 +299,7 @@ def test_reasoning_gym_hard_scoring():
 def test_reasoning_gym_unbuilt_episodes_count_as_losses(monkeypatch, capsys):
     """A task this reasoning-gym cannot build stays in its bucket's denominator as losses: one
     right answer out of two episodes (the other never built) is a win rate of 0.5, not 1.0."""
-    from infra.models import tiny_model
+    from backend.models import tiny_model
     _, tokenizer = tiny_model()
     split = reasoning_gym_hard.load_split()
     bad = {**split, "buckets": {"Logic": ["no_such_task", "syllogism"]},
@@ -385,7 +385,7 @@ class ScriptedEngine:
 
 
 def test_bfcl_loop_replaying_the_ground_truth_scores_full_marks(monkeypatch):
-    from infra.models import tiny_model
+    from backend.models import tiny_model
     _, tokenizer = tiny_model()
     entries, truth = bfcl.load_category("multi_turn_base")
     entry = entries[1]
@@ -406,7 +406,7 @@ def test_bfcl_loop_replaying_the_ground_truth_scores_full_marks(monkeypatch):
 
 def test_bfcl_first_turns_only_are_played_and_scored_against_their_ground_truth(monkeypatch):
     # --turns 1 (the CPU smoke run): the first turn's right calls score 1 though the entry has more turns.
-    from infra.models import tiny_model
+    from backend.models import tiny_model
     _, tokenizer = tiny_model()
     entries, truth = bfcl.load_category("multi_turn_base")
     entry = entries[1]

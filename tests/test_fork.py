@@ -14,7 +14,7 @@ import pytest
 import designer
 import regret
 import spade
-from infra import engine
+from backend import engine
 
 FAST = ["--model", "tiny", "--seed", "0", "--max-new-tokens", "8", "--save-every", "100"]
 

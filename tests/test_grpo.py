@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from compute import attention
 import grpo
-from infra import models
-from infra.launch import end_rank, free_port
+from backend import models
+from backend.launch import end_rank, free_port
 from compute import packing
 from grpo import Sample
 
@@ -368,7 +368,7 @@ def test_kl_to_a_frozen_reference():
 
 def test_push_weights_into_an_engine_with_its_own_copy():
     import copy
-    from infra import engine
+    from backend import engine
     model, tokenizer = models.load_model("tiny", device="cpu")
     separate = engine.make_engine(copy.deepcopy(model), tokenizer, kind="hf")
     shared = engine.make_engine(model, tokenizer, kind="hf")
@@ -520,7 +520,7 @@ def expected_reward(model, prompts):
 def test_grpo_learns_a_trivial_environment_family():
     """Each environment is a random prompt; the scripted check gives reward 1 when the reply's first
     token is one of the allowed ids. Rollouts come from the in-process engine, as in spade.py."""
-    from infra import engine
+    from backend import engine
     model, tokenizer = models.load_model("tiny", device="cpu")
     hf_engine = engine.make_engine(model, tokenizer, kind="hf")
     g = torch.Generator().manual_seed(0)

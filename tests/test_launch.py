@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from infra import launch
+from backend import launch
 
 # A test double of a rank: rank 1 fails at once, the others would wait for it forever.
 ONE_RANK_DIES = """
@@ -60,7 +60,7 @@ def started_ranks(tmp_path):
     """launch_ranks of two RECORDS_CTRL_C ranks, once both are ready."""
     script = tmp_path / "rank.py"
     script.write_text(RECORDS_CTRL_C)
-    code = f"import sys; from infra import launch; sys.exit(launch.launch_ranks([{str(tmp_path)!r}], 2, {str(script)!r}, poll_s=0.05))"
+    code = f"import sys; from backend import launch; sys.exit(launch.launch_ranks([{str(tmp_path)!r}], 2, {str(script)!r}, poll_s=0.05))"
     launcher = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(launch.__file__)),
                                 start_new_session=True,  # its own process group, as a terminal's job
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -234,7 +234,7 @@ def test_a_tensor_parallel_group_runs_its_ranks_calls_together_and_each_keeps_it
 def test_terminating_the_launcher_terminates_the_ranks(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(RECORDS_CTRL_C)
-    code = f"import sys; from infra import launch; sys.exit(launch.launch_ranks([{str(tmp_path)!r}], 2, {str(script)!r}, poll_s=0.05))"
+    code = f"import sys; from backend import launch; sys.exit(launch.launch_ranks([{str(tmp_path)!r}], 2, {str(script)!r}, poll_s=0.05))"
     launcher = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(launch.__file__)),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60

@@ -56,15 +56,15 @@ def test_every_file_method_md_names_exists():
     assert len(listed) > 10 and sorted(listed & ours) == []     # an official path never stands for one of ours
     cited = set(FILE_NAME.findall(text[:text.index(OFFICIAL_SECTION)]))
     assert sorted(listed - cited) == []                         # the list holds only files that are cited
-    assert sorted(named - ours - listed) == []   # by its path from the root: `infra/engine.py`, not `engine.py`
+    assert sorted(named - ours - listed) == []   # by its path from the root: `backend/engine.py`, not `engine.py`
 
 
 # Our modules by the name METHOD.md cites them with (`contract.construct`, `launch.divide`, ...).
 MODULES = {"spade": "spade.py", "designer": "designer.py", "agent": "agent.py", "gate": "gate.py",
            "regret": "regret.py", "grpo": "grpo.py", "sandbox": "sandbox/__init__.py",
            "contract": "sandbox/contract.py", "forkserver": "sandbox/forkserver.py", "confine": "sandbox/confine.py",
-           "engine": "infra/engine.py", "models": "infra/models.py", "launch": "infra/launch.py",
-           "checkpoint": "infra/checkpoint.py", "report": "infra/report.py", "run": "infra/run.py",
+           "engine": "backend/engine.py", "models": "backend/models.py", "launch": "backend/launch.py",
+           "checkpoint": "harness/checkpoint.py", "report": "harness/report.py", "setup": "harness/setup.py", "plan": "harness/plan.py",
            "fused": "compute/fused.py", "packing": "compute/packing.py", "attention": "compute/attention.py",
            "rlve": "baselines/rlve.py", "envs": "envs/__init__.py", "prompts": "prompts/__init__.py"}
 OFFICIAL_NAMES = {"spade.core.envs.tool_use_base_env"}   # the official package path a game may import from

@@ -7,8 +7,8 @@ import huggingface_hub
 import pytest
 import torch
 
-from infra import models
-from infra.models import ModelLoadError, load_model, resolve_model_name
+from backend import models
+from backend.models import ModelLoadError, load_model, resolve_model_name
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_load_sharded_reads_on_rank_0_and_gives_every_rank_the_same_model(tmp_pa
     # computes the logits of the model loaded in one process, dense or MoE (packed expert tensors).
     # A load that fails on rank 0 fails on every rank with rank 0's message, whatever the error.
     import torch.multiprocessing as mp
-    from infra.launch import free_port
+    from backend.launch import free_port
     corrupt = tmp_path / "corrupt"
     model, tokenizer = load_model("tiny", device="cpu")
     model.save_pretrained(corrupt)

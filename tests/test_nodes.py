@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 import spade
-from infra import launch, models, plan, run
-from infra.launch import free_port
+from backend import launch, models
+from harness import plan, setup
+from backend.launch import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -126,6 +127,6 @@ def test_tensor_parallel_groups_never_span_a_node(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     cfg = spade.configure(dict(model="tiny", tp=8))
     with pytest.raises(SystemExit, match="--tp 8 does not divide the 4 ranks of a node"):
-        run.engine_tp(cfg, "vllm", 8, None)
-    assert run.engine_tp(spade.configure(dict(model="tiny", tp=2)), "vllm", 8, None) == 2
+        setup.engine_tp(cfg, "vllm", 8, None)
+    assert setup.engine_tp(spade.configure(dict(model="tiny", tp=2)), "vllm", 8, None) == 2
 

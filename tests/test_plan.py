@@ -1,4 +1,4 @@
-"""The memory plan (infra/plan.py): the engine sized to the run, the run refused in one sentence where
+"""The memory plan (harness/plan.py): the engine sized to the run, the run refused in one sentence where
 nothing fits, and the plan's arithmetic against the models it sizes. bench/memory_bench.py checks its
 bytes against the real update, simulated."""
 import os
@@ -12,7 +12,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import spade
-from infra import engine, models, plan, run
+from backend import engine, models
+from harness import plan, setup
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = int(79.2 * plan.GiB)   # what torch reports for an 80 GB card
@@ -38,9 +39,9 @@ def test_vllm_is_sized_to_the_run_not_to_the_models_context(monkeypatch):
     card that holds the trainer's bytes beside it."""
     config = shaped(monkeypatch, "Qwen3-4B", max_position_embeddings=262144)
     gpu_of(monkeypatch, H100)
-    monkeypatch.setattr(run, "engine_kind", lambda cfg, device: "vllm")   # as where vLLM is installed
+    monkeypatch.setattr(setup, "engine_kind", lambda cfg, device: "vllm")   # as where vLLM is installed
     cfg = spade.configure(dict(model="Qwen3-4B", setting="tool_use"))
-    chosen = run.memory_plan(cfg, spade.SETTINGS["tool_use"], gpus=1)
+    chosen = setup.memory_plan(cfg, spade.SETTINGS["tool_use"], gpus=1)
     assert chosen.problem is None
     # the audit's: a designer's 16,384 tokens of code read, 4,096 of prompt, a verdict of up to 16,384
     assert chosen.max_model_len == 16384 + 4096 + 16384 > cfg.max_context
@@ -68,11 +69,11 @@ def test_a_model_that_does_not_fit_is_refused_in_one_sentence_naming_what_fits(m
     cfg = spade.configure(dict(model="Qwen3-8B"))
     assert cfg.kl_coef > 0
     with pytest.raises(SystemExit) as refused:
-        run.memory_plan(cfg, spade.SETTINGS["games"], gpus=1)
+        setup.memory_plan(cfg, spade.SETTINGS["games"], gpus=1)
     sentence = str(refused.value)
     assert sentence.startswith("spade.py: Qwen3-8B does not fit on 1 GPU of 79.2 GiB: the update needs")
     assert "it fits on 2 GPUs" in sentence and "\n" not in sentence
-    chosen = run.memory_plan(cfg, spade.SETTINGS["games"], gpus=2)
+    chosen = setup.memory_plan(cfg, spade.SETTINGS["games"], gpus=2)
     assert chosen.problem is None and chosen.tp == 1
 
 
@@ -111,10 +112,10 @@ def test_the_trainer_gives_the_engine_the_plans_sizes_and_takes_its_moments(monk
         seen.update(kwargs, kind=kind)
         return engine.HFEngine(model, tokenizer)
     monkeypatch.setattr(engine, "make_engine", make_engine)
-    monkeypatch.setattr(run, "engine_kind", lambda cfg, device: "vllm")   # as where vLLM is installed
+    monkeypatch.setattr(setup, "engine_kind", lambda cfg, device: "vllm")   # as where vLLM is installed
     cfg = spade.configure(dict(model="tiny"))
     chosen = plan.plan(models.model_config("tiny"), 1, H100, plan.Knobs(max_context=3072, engine="vllm"))
-    *_, optimizer, _ = run.load_trainer(cfg, None, "cpu", 1, chosen=chosen)
+    *_, optimizer, _ = setup.load_trainer(cfg, None, "cpu", 1, chosen=chosen)
     assert seen == dict(kind="vllm", tp=1, seed=cfg.seed, max_model_len=chosen.max_model_len,
                         max_num_seqs=chosen.max_num_seqs, gpu_memory_utilization=chosen.vllm_share)
     assert optimizer is not None

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from infra import report
+from harness import report
 
 
 @dataclass

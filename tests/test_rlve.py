@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from infra import engine
-from infra import models
+from backend import engine
+from backend import models
 from baselines import rlve
 from test_agent import ScriptedEngine
 
@@ -96,7 +96,7 @@ def test_a_round_divided_over_ranks_plays_what_one_rank_plays(tokenizer):
     # launch.divide as four ranks would run it in one process: each plays its share (2 plays of 2
     # problems: ranks 0-1 get the first problem only, 2-3 the second), gathered in order. The budget is
     # the whole round's: the context leaves 5 tokens after the longer prompt, whichever a rank plays.
-    from infra.launch import share
+    from backend.launch import share
 
     def four_ranks(sizes, work):
         shares = [share(sizes, r, 4) for r in range(4)]

@@ -1227,7 +1227,7 @@ def test_urgent_data_cannot_hang_a_play():
     ends within the deadline as a FAILED timeout."""
     from agent import play
     from envs import Environment
-    from infra import engine, models
+    from backend import engine, models
     from test_agent import ScriptedEngine
     tokenizer = models.tiny_tokenizer()
     scripted = ScriptedEngine(tokenizer, lambda prompt: "\\boxed{go}")
@@ -1283,7 +1283,7 @@ def test_no_environment_can_make_a_return_an_advantage_or_the_loss_non_finite():
     import regret
     from agent import play
     from envs import Environment
-    from infra import engine, models
+    from backend import engine, models
     from test_agent import ScriptedEngine
     tokenizer = models.tiny_tokenizer()
     envs = [Environment(name, "Logical Deduction", code) for name, code in hostile_rewards().items()]
@@ -1567,7 +1567,7 @@ def write_run(run_dir):
 @ROOT_ONLY
 def test_a_run_directory_made_by_the_trainer_is_not_readable_from_a_sandbox():
     """A run directory anywhere (--out), claimed as spade.py claims it: a sandbox reads nothing in it."""
-    from infra import checkpoint
+    from harness import checkpoint
     run_dir, held = ROOT / f"run-test-{token()}" / "run", len(checkpoint._LOCKS)
     try:
         checkpoint.claim(run_dir, resuming=False)
@@ -1607,7 +1607,7 @@ def played(code, tokenizer, reply="\\boxed{1}", max_context=4096, **kwargs):
     real sandbox, tokenizer and chat template, as the trainer plays."""
     from agent import play
     from envs import Environment
-    from infra import engine
+    from backend import engine
     from test_agent import ScriptedEngine
     scripted = ScriptedEngine(tokenizer, lambda prompt: reply)
     [episode] = play([Environment("hostile", "Logical Deduction", code)], scripted, tokenizer, 1,
@@ -1617,7 +1617,7 @@ def played(code, tokenizer, reply="\\boxed{1}", max_context=4096, **kwargs):
 
 @pytest.fixture(scope="module")
 def tiny_tokenizer():
-    from infra import models
+    from backend import models
     return models.tiny_tokenizer()
 
 
@@ -1642,7 +1642,7 @@ def test_text_that_cannot_fit_the_context_is_cut_before_it_is_tokenised(where, t
     what the trainer keeps of it (its tokens, its transcript, its dump under samples/) stays within the
     context, plus the stated margin (agent.chars_per_token): two of the tokenizer's longest vocabulary
     entries in characters of transcript per token of context."""
-    from infra.report import Log
+    from harness.report import Log
     flood = "'a b ' * 225_000"
     code = {"first observation": env_code(reset=f"return {flood}, {{}}"),
             "step observation": env_code(step=f"return {flood}, 0.0, False, False, {{}}"),
@@ -1683,7 +1683,7 @@ def qwen3_style(tokenizer):
 
 def smollm2_tokenizer():
     from transformers import AutoTokenizer
-    from infra import models
+    from backend import models
     folder, file = os.path.split(models.resolve_model_name("smollm2-135m"))
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
     tokenizer.chat_template = models.CHAT_TEMPLATE

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from infra import checkpoint
+from harness import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--model", "tiny", "--steps", "2", "--regen-interval", "2", "--num-envs", "2", "--plays-per-env", "2",
@@ -33,7 +33,7 @@ def final_weights(run_dir):
 
 
 def assert_trained(run_dir, steps):
-    from infra import models
+    from backend import models
     initial, _ = models.load_model("tiny")
     weights, latest = final_weights(run_dir)
     assert latest["step"] == steps
@@ -256,7 +256,7 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
 
 
 def test_a_resume_of_a_run_that_has_no_checkpoint_yet_names_the_process_that_holds_it(tmp_path):
-    from infra import checkpoint
+    from harness import checkpoint
     from spade import parse_config
     checkpoint.claim(tmp_path, resuming=False)                        # as a run still starting holds it
     with pytest.raises(SystemExit, match=f"another process is running in {tmp_path}, which has no checkpoint yet"):
@@ -398,7 +398,7 @@ def test_paper_columns_parse_and_derive():
 def launch(args, world=2):
     """spade.py started as `python spade.py` on a node with `world` GPUs would start it (launch.launch_ranks),
     in a process group of its own as a terminal's job; gloo ranks on CPU."""
-    code = "import sys; from infra import launch; sys.exit(launch.launch_ranks(sys.argv[2:], int(sys.argv[1]), 'spade.py'))"
+    code = "import sys; from backend import launch; sys.exit(launch.launch_ranks(sys.argv[2:], int(sys.argv[1]), 'spade.py'))"
     return subprocess.Popen([sys.executable, "-c", code, str(world), *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -507,7 +507,7 @@ def clock_worker(rank, world, port, out, alone):
     import torch.distributed as dist
     from types import SimpleNamespace
     import spade
-    from infra import engine, launch, models
+    from backend import engine, launch, models
     from envs import Environment
     from test_agent import ScriptedEngine
     torch.set_num_threads(1)
@@ -538,7 +538,7 @@ def test_an_environment_that_reads_the_clock_plays_to_the_end_on_two_ranks(alone
     """Every play runs once on the node, so observations that hold the clock differ between ranks
     harmlessly; only ranks that play every rollout in lockstep must agree, and stop when they do not."""
     import torch.multiprocessing as mp
-    from infra.launch import free_port
+    from backend.launch import free_port
     mp.spawn(clock_worker, args=(2, free_port(), str(tmp_path), alone), nprocs=2)
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     if alone:
@@ -566,7 +566,7 @@ def noise_worker(rank, world, port, out):
     import torch.distributed as dist
     from types import SimpleNamespace
     import spade
-    from infra import engine, launch, models
+    from backend import engine, launch, models
     from envs import Environment
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
@@ -585,7 +585,7 @@ def test_ranks_that_divide_the_plays_sample_with_noise_of_their_own(tmp_path):
     # Rank 0 plays the first play and rank 1 the second, from the same prompt: were their generators in
     # the same state, the two replies would be the same tokens.
     import torch.multiprocessing as mp
-    from infra.launch import free_port
+    from backend.launch import free_port
     mp.spawn(noise_worker, args=(2, free_port(), str(tmp_path)), nprocs=2)
     first, second = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
     assert first == second and len(first) == 2 and first[0] != first[1]

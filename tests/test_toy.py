@@ -18,7 +18,7 @@ import grpo
 import regret
 import spade
 import toy
-from infra import models
+from backend import models
 
 STEPS = 6
 ROOT = Path(__file__).resolve().parents[1]

@@ -108,7 +108,7 @@ def designer_choice(model, tokenizer):
 
 def taught_model(directory):
     """The tiny model taught the toy's behaviours, saved in `directory` (taught again only when missing)."""
-    from infra import models
+    from backend import models
     if not (directory / "config.json").exists():
         model, tokenizer = models.load_model("tiny")
         print(f"toy: teaching the tiny model its games and answers (loss {teach(model, tokenizer):.4f})", flush=True)

@@ -73,7 +73,7 @@ def shared(run_dir, rank, world):
     import secrets
     import socket
     import torch.distributed as dist
-    from infra.launch import from_rank_0
+    from backend.launch import from_rank_0
     token, path = from_rank_0(secrets.token_hex(16), world), run_dir / ".shared"
     if rank == 0:
         path.write_text(token)
@@ -109,7 +109,7 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
     """Write ckpt-<step> and point `latest` at it. Every rank calls it; rank 0 writes."""
     import torch
     from safetensors import SafetensorError
-    from infra import models
+    from backend import models
     full_model = models.full_state(model)
     name = f"ckpt-{state['step']:05d}"
     tmp = run_dir / f".{name}.tmp"
@@ -249,7 +249,7 @@ def load_optimizer(optimizer, model, directory, rank):
     saved, wanted = kinds[bool(per_rank)], kinds[_eight_bit(optimizer)]
     if saved != wanted:
         raise SystemExit(f"spade.py: {directory} holds {saved} optimizer moments and this run's memory plan takes "
-                         f"{wanted} ones (infra/plan.py); resume it on GPUs where the plan takes {saved} moments")
+                         f"{wanted} ones (harness/plan.py); resume it on GPUs where the plan takes {saved} moments")
     if per_rank:
         if per_rank != world:
             raise SystemExit(f"spade.py: {directory} holds torchao's 8-bit optimizer moments of {per_rank} "
@@ -291,7 +291,7 @@ def kl_reference(cfg, model, resumed, sharded=False, offload=False):
     copied: in the policy's compute dtype (bf16 on a GPU: the reference needs no master weights),
     in host memory where the memory plan puts it (`offload`)."""
     import grpo
-    from infra import models
+    from backend import models
     if not cfg.kl_coef:
         return None
     if not resumed and not sharded:

@@ -3,7 +3,7 @@
     chosen = plan(models.model_config("Qwen3-8B"), gpus=8, gpu_bytes=torch.cuda.mem_get_info()[1], knobs=Knobs())
     chosen.problem or chosen.summary()     # one sentence why it does not fit, or what it chose
 
-Arithmetic on the config, milliseconds, before anything loads (infra/run.py). Two phases share a GPU:
+Arithmetic on the config, milliseconds, before anything loads (harness/setup.py). Two phases share a GPU:
 the rollout, where the trainer keeps its fp32 master weights and optimizer moments (and the KL reference)
 while vLLM holds its bf16 weights (a 1/tp share), its runtime and its KV cache; and the update, where vLLM
 sleeps (level 2: it frees its weights and KV cache) and the trainer adds the gradients, the layers FSDP2
@@ -30,7 +30,7 @@ CHUNK_TOKENS = 512   # compute/fused.py's Sweep.chunk_tokens: the output layer's
 
 @dataclass
 class Knobs:
-    """What of a run's config sizes its memory (infra/run.py fills it from spade.Config)."""
+    """What of a run's config sizes its memory (harness/setup.py fills it from spade.Config)."""
     max_context: int = 32768
     micro_token_budget: int = 16384
     kl_coef: float = 0.0

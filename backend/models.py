@@ -209,7 +209,7 @@ def random_config(name: str, tokenizer):
 
 
 def model_config(name: str):
-    """The transformers config of a model, read without its weights (infra/plan.py sizes a run by it)."""
+    """The transformers config of a model, read without its weights (harness/plan.py sizes a run by it)."""
     resolved = resolve_model_name(name)
     if resolved in ("tiny", "tiny-moe"):
         return tiny_config(tiny_tokenizer(), moe=resolved == "tiny-moe")
@@ -338,7 +338,7 @@ def shard_model(model, compute_dtype: torch.dtype | None = None, *, offload: boo
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
-    from infra.launch import node_size
+    from backend.launch import node_size
     assert dist.is_initialized(), "shard_model needs torch.distributed: run it in a rank (launch.py)"
     world, node = dist.get_world_size(), node_size(dist.get_world_size())
     shape = (world // node, node) if node < world else (world,)

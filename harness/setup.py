@@ -1,5 +1,5 @@
 """A run's set-up: its directory, the sandbox, the corpus or a baseline's pool, the model and its engine,
-the KL reference, the optimizer, memory and the loop state, fresh or resumed (infra/checkpoint.py).
+the KL reference, the optimizer, memory and the loop state, fresh or resumed (harness/checkpoint.py).
 
     run = set_up(cfg, spade.SETTINGS[cfg.setting])    # then spade.train(run)
 
@@ -19,9 +19,10 @@ import sandbox
 from baselines import rlve
 from designer import builtin_corpus, load_corpus
 from envs import load_pool
-from infra import engine, models, report
-from infra.checkpoint import claimed, damaged, kl_reference, read_pointer, restore
-from infra.launch import (RankAgreement, TensorParallelGroup, from_rank_0, install_sigint_handler, node_size,
+from backend import engine, models
+from harness import report
+from harness.checkpoint import claimed, damaged, kl_reference, read_pointer, restore
+from backend.launch import (RankAgreement, TensorParallelGroup, from_rank_0, install_sigint_handler, node_size,
                           restarts, setup_distributed)
 
 ROOT = Path(__file__).resolve().parents[1]   # the project: envs/ and the settings' seed pools
@@ -110,10 +111,10 @@ def engine_kind(cfg, device):
 
 
 def memory_plan(cfg, setting, gpus, node_gpus=None, log=None):
-    """infra/plan.py's plan of this run on these GPUs (`node_gpus` of them a node), printed to `log`, before
+    """harness/plan.py's plan of this run on these GPUs (`node_gpus` of them a node), printed to `log`, before
     the model loads; or one sentence naming the smallest change that fits."""
     import torch
-    from infra import plan
+    from harness import plan
     try:
         config = models.model_config(cfg.model)
     except models.ModelLoadError as e:

@@ -1,6 +1,6 @@
 """What a run leaves on disk, and a report to look at it.
 
-    python spade.py report out/<run>        # or: python -m infra.report out/<run>
+    python spade.py report out/<run>        # or: python -m harness.report out/<run>
 
 A run directory holds `config.json`, `metrics.jsonl` (one JSON object per step), `samples/`
 (per regen step, per new environment: its code, hint, scores and one hinted and one unhinted

@@ -26,7 +26,7 @@ from transformers import StaticCache
 
 from compute import attention
 
-from infra.models import full_state, gathered, is_sharded
+from backend.models import full_state, gathered, is_sharded
 
 # Nucleus sampling without top-k applies top_p within the 1024 most likely tokens (a bounded top-k
 # instead of a sort of the whole vocabulary); the mass beyond them is ignored. At top_p <= 0.95 on
@@ -326,7 +326,7 @@ def _graphed(step, cache, batch, capacity):
 class VLLMEngine:
     """vLLM in this process, colocated with the trainer; under torchrun each `tp` ranks are one engine.
 
-    Sized to the run (infra/plan.py): `max_model_len` is the longest sequence the run generates, not the
+    Sized to the run (harness/plan.py): `max_model_len` is the longest sequence the run generates, not the
     model's maximum context; `max_num_seqs` the most sequences a phase runs at once; and
     `gpu_memory_utilization` the share of the GPU the trainer leaves it. The policy-update protocol on
     CUDA: `sleep()` (level 2: weights and KV cache freed; the next push overwrites every weight anyway,
