@@ -14,20 +14,19 @@ training sequence of its own (`Episode.turns`). A SandboxError ends its episode 
 FAILED plays (all but step() raising, `_end_on_error`) are marked for the loop to drop (METHOD.md 3.3).
 """
 import dataclasses
-import functools
 import hashlib
 import json
 import os
 import re
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
 import sandbox
-from sandbox.contract import control_tokens, plain, plain_messages, tag_blocks
+from backend import chat
+from sandbox.contract import tag_blocks
 
 # The first message of a game (METHOD.md 4.1): a framing sentence, the observation, the instruction.
 GAME_FRAMING = "You are playing a language game. Make valid actions to win."   # the official words
@@ -38,7 +37,6 @@ TOOL_CALL_REMINDER = ("(Your tool call could not be parsed. Write each call exac
 CONTEXT_MARGIN = 64   # METHOD 4.1: stop when the context left is <= 64; per-turn budget = left - 64
 # Stands in for a generated turn when the chat template renders what follows it; random per process,
 # so no observation (written by environment code in another process) can contain it.
-_TURN_PLACEHOLDER = f"<turn-{uuid.uuid4().hex}>"
 
 
 @dataclass
@@ -226,48 +224,6 @@ def _record(play_, completion, text):
 
 # ---- token bookkeeping ---------------------------------------------------------------------------
 
-def _render(tokenizer, messages, tools, add_generation_prompt, thinking=False):
-    """The chat template's text; what the environment wrote (a hint too, and its tools) is kept `plain`."""
-    specials = control_tokens(tokenizer)
-    tools = json.loads(plain(json.dumps(tools, ensure_ascii=False), specials)) if tools else tools   # in strings only
-    return tokenizer.apply_chat_template(plain_messages(messages, specials), tools=tools, tokenize=False, enable_thinking=thinking,
-                                         add_generation_prompt=add_generation_prompt)
-
-
-def _delta_text(tokenizer, messages, num_new, tools, end_texts):
-    """The template text between the end-of-turn token of the last assistant message (which the
-    model generated itself, as its EOS) and the next generation prompt, inclusive of the latter.
-
-    Only the first message stands for the history: what a chat template writes after a turn depends
-    on the messages after it, not on the turns before (true of the ChatML family: Qwen, SmolLM), and
-    it keeps the cost of a turn flat over 25 turns. tests/test_agent.py checks the result against
-    rendering the whole transcript."""
-    first, new = messages[:1], messages[-num_new:]
-    assert len(messages) >= num_new + 2 and messages[-num_new - 1]["role"] == "assistant"
-    text = _render(tokenizer, [*first, {"role": "assistant", "content": _TURN_PLACEHOLDER}, *new], tools, True)
-    assert text.count(_TURN_PLACEHOLDER) == 1, "the chat template dropped or repeated an assistant turn"
-    tail = text[text.index(_TURN_PLACEHOLDER) + len(_TURN_PLACEHOLDER):]
-    end = max((end for end in end_texts if tail.startswith(end)), key=len, default=None)   # "<|im_end|>", not "<"
-    assert end is not None, (f"the chat template ends an assistant turn with {tail[:40]!r}, which does not "
-                             f"start with an EOS token {end_texts}: token-in/token-out needs it to")
-    return tail[len(end):]
-
-
-@functools.lru_cache(maxsize=16)
-def chars_per_token(tokenizer):
-    """The most characters one token of `tokenizer` stands for: its longest vocabulary entry (added
-    tokens included; a byte-level entry spells one character per byte, at least as many as it decodes
-    to). Text longer than this times the tokens left cannot fit them, so it is cut there before it is
-    tokenised; what a play keeps is then at most its context in tokens, and in its transcript at most
-    twice this many characters per token of context (what fit, and the text that no longer did)."""
-    return max(map(len, tokenizer.get_vocab()))
-
-
-def _encode(tokenizer, texts):
-    """Token ids of each text, with no special tokens added (the template wrote them)."""
-    return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-
-
 def _extend(sequence, token_ids, mask, logprobs=None):
     """Append to a training sequence (tokens, loss_mask, logprobs), in place."""
     tokens, loss_mask, token_logprobs = sequence
@@ -309,8 +265,8 @@ def _append_deltas(tokenizer, live, end_texts, max_context):
     """The template delta of each episode's new messages, tokenised in one batch. Mask 0: the
     environment and the template wrote these tokens, not the policy. A delta that does not fit in
     max_context ends its episode truncated instead (METHOD 4.1): no sequence grows past it."""
-    deltas = [_delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) for p in live]
-    for p, token_ids in zip(live, _encode(tokenizer, deltas)):
+    deltas = [chat.delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) for p in live]
+    for p, token_ids in zip(live, chat.encode(tokenizer, deltas)):
         if len(p.sequence()[0]) + len(token_ids) > max_context:
             _end(p, "truncated")
         else:
@@ -321,8 +277,8 @@ def _render_prompts(tokenizer, live, thinking, max_context):
     """Each episode's whole transcript rendered with the generation prompt: the first prompt of every
     episode, and in thinking mode every turn's (the template drops the thinking of earlier turns). A
     prompt past max_context ends its episode truncated and is kept nowhere (METHOD 4.1)."""
-    texts = [_render(tokenizer, p.episode.messages, p.tools, True, thinking) for p in live]
-    for p, token_ids in zip(live, _encode(tokenizer, texts)):
+    texts = [chat.render(tokenizer, p.episode.messages, p.tools, True, thinking) for p in live]
+    for p, token_ids in zip(live, chat.encode(tokenizer, texts)):
         if len(token_ids) > max_context:
             _end(p, "truncated")
         elif thinking:
@@ -356,7 +312,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
     timings = {"generate_s": 0.0, "env_s": 0.0, "num_generate_calls": 0}
     plays = [_Play(Episode(env.env_id, env.skill, hints is not None, seeds[i][k] if seeds else None), env.code,
                    hints[i] if hints else None, thinking=thinking, max_context=max_context,
-                   chars_per_token=chars_per_token(tokenizer))
+                   chars_per_token=chat.chars_per_token(tokenizer))
              for i, env in enumerate(envs) for k in range(plays_per_env)]
     # Threads mostly wait on sandbox processes, so more of them than cores helps (2 cores: 8 > 2).
     pool = ThreadPoolExecutor(min(32, 4 * (os.cpu_count() or 1)))

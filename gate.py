@@ -92,7 +92,7 @@ def checks(sandbox, code, max_turns):
              "no class whose name ends in 'Env' was defined")
     env, replies = _opening(send)
     _reset(send, env, 123, "reseed")
-    _call(send, "close", "probe")
+    _call(send, stage="close", op="probe")   # the unboxed probes, which end in close(): it must not raise
     if loaded.get("tool_use") is True:
         _criteria(send)
     other = sandbox()   # a process of its own, as each play has: nothing the first instance left is there

@@ -107,11 +107,11 @@ def tis_weight(old_logprobs, rollout_logprobs, cap=2.0):
     """Truncated importance-sampling weight min(pi_old / pi_rollout, cap), detached (METHOD.md 7.2).
 
     Corrects for the samples coming from another engine (vLLM numerics) and, for designer samples, from
-    weights D updates old. Example: old = log 0.3, rollout = log 0.1 -> 3 -> capped to 2.0;
-    old = log 0.1, rollout = log 0.2 -> 0.5. Both engines report log-probs after top-k/top-p (vLLM's
-    "processed_logprobs"), while pi_old is the full tempered softmax, so with top_k 20 / top_p 0.95 the
-    weight also carries the probability mass inside the sampling nucleus (<= 1): the logged mean
-    tis_weight sits slightly below 1 even with identical numerics.
+    weights R updates old. Example: old = log 0.3, rollout = log 0.1 -> 3 -> capped to 2.0;
+    old = log 0.1, rollout = log 0.2 -> 0.5. Its mean is not 1 even with identical numerics: pi_old is the
+    full softmax at the training temperature (1.0; 0.7 for tool use) while the engine samples at its own (0.6) and reports
+    log-probs after top-k/top-p (vLLM's "processed_logprobs"), so a sampled token is likelier under the
+    engine than under pi_old and the logged mean tis_weight sits below 1.
     """
     return torch.exp(old_logprobs - rollout_logprobs).clamp(max=cap).detach()
 
@@ -299,11 +299,12 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     """Backward the GRPO loss of the whole batch, micro-batch by micro-batch; returns summed stats.
 
     The gradients equal those of `grpo_loss` over all samples at once: each micro-batch's sample mean is
-    weighted by its share of the samples' weights. pi_old is the current weights: with one optimizer step
-    per rollout they have not changed since the batch was formed, so the old log-probs are the current ones,
-    detached (ratio 1, gradient of log pi). That is Slime's value without a second forward pass; the
-    clip only bites when a forker takes several steps per batch. Under torch.distributed every rank
-    passes the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on
+    weighted by its share of the samples' weights. pi_old is the current weights, detached (ratio 1,
+    gradient of log pi), as Slime computes it, without a second forward pass. For the agent's episodes
+    that is the policy that played them (one optimizer step per rollout); a designer sample was written R
+    updates earlier, and only the TIS weight against its rollout log-probs corrects for that, as
+    officially. The clip bites only when a forker takes several steps per batch. Under torch.distributed
+    every rank passes the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on
     CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`.
     """
     assert samples, "update needs at least one sample"

@@ -195,8 +195,14 @@ class EnvOutcome:
 @dataclass
 class Epoch:
     """One pool's epoch, from its regen step t0 to the next (METHOD 6.2): what its designer samples are
-    scored on, R steps later. spade.py opens it at t0, records every step's unhinted plays, and scores
-    it when the next regen step (or the run's last step) closes it.
+    scored on, R steps later. The whole window, with R = 4 and regen steps 0, 4, 8 (spade.train):
+
+        step 0   new_pool writes pool A and opens epoch A (A's hinted plays: R_hint); A records step 0's plays
+        step 1-3 A records each step's unhinted plays of its environments
+        step 4   new_pool writes pool B; the hand-over swaps B in and A is finished before step 4's plays:
+                 A's window is steps 0-3, and A's designer samples train in step 4's update (D = R)
+        last     the open epoch is finished too, with the steps it has, and scored in the last update
+
 
     samples: the designer samples of the environments that passed the gate (designer.DesignerSample:
              tokens, loss mask, log-probs, skill, env_id), one per new environment.
@@ -266,9 +272,10 @@ class LearningPotentialTracker:
 
 def blend(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
           lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
-    """Paper default: `blend_reward(w, R_hint, R_0)`. No explicit step-timeout penalty (as the paper):
-    a hung game has few plays, and no regret without both arms (EnvOutcome.both_arms), so x comes out
-    ~0. Example: window [[0, 1], [0, 0]], hints [1, 1] -> w = 0.25, R_0 = 0.5 -> 0.6 * 0.4 + 0.4 *
+    """Paper default: `blend_reward(w, R_hint, R_0)`. No explicit step-timeout penalty (as the paper): a
+    game is blacklisted when it hangs and plays no more, so its x is what its plays before that earned;
+    near 0 only when it hangs early in its window (few plays, and no regret without both arms,
+    EnvOutcome.both_arms). Example: window [[0, 1], [0, 0]], hints [1, 1] -> w = 0.25, R_0 = 0.5 -> 0.6 * 0.4 + 0.4 *
     clip((1 - 0.5) / 0.15) = 0.64; window [[], []], hints [1, 1] -> 0.0."""
     return [blend_reward(o.window_mean, o.hinted_mean, o.regen_step_mean if o.both_arms else o.hinted_mean,
                          lo=lo, hi=hi, ramp=ramp) for o in outcomes]

@@ -43,8 +43,8 @@ except ModuleNotFoundError as e:   # a Python without the packages: the venv tha
 @dataclass
 class Config:
     """The thirty knobs, in the README's groups. Each default is the paper's (METHOD.md 7.3: games,
-    Qwen3-30B-A3B); `configure` lays the tables below over them, and what the command line gives over
-    all of them."""
+    Qwen3-30B-A3B) but the model's, which is the one that runs offline on a CPU; `configure` lays the
+    tables below over them, and what the command line gives over all of them."""
     # model and length
     model: str = "smollm2-135m"       # alias (Qwen3-30B-A3B, Qwen3-8B, Qwen3-4B, smollm2-135m, tiny) or path
     setting: str = "games"            # a record of SETTINGS: skills, prompts and its column of METHOD 7.3
@@ -351,8 +351,8 @@ def train(run):
         #    plays it with the hint (R_hint, never trained). The epoch of the previous pool is now complete.
         finished, regen = [], None
         if step % cfg.regen_interval == 0 and not (cfg.pool or cfg.rlve):
-            finished.append(state["epoch"])
             regen = new_pool(run, step, times, metrics)
+            finished, state["epoch"] = [state["epoch"]], regen.epoch   # the hand-over: regret.Epoch's timeline
         # 2. Plays: K trained plays of each pool environment. FAILED plays (hangs, crashes, load or tool
         #    failures) are dropped, and a game that hung is never played again (METHOD 3.3).
         played = trained_plays(run, step, times, metrics)
@@ -363,8 +363,8 @@ def train(run):
         agent_samples = grpo.agent_samples(episodes, regret.episode_advantages(episodes), run.setting.compact_filter)
         if state["epoch"] is not None:
             state["epoch"].record([e.outcome() for e in episodes], hung)
-        # 4. Regret and the delayed designer scoring (D = R): the epoch that ended at this regen step, and
-        #    on the last step the open one with the plays it has (METHOD 6.2 step 5).
+        # 4. Regret and the delayed designer scoring (D = R): the epoch handed over at this regen step, and
+        #    on the last step the open one with the plays it has (METHOD 6.2 step 5; regret.Epoch).
         if step == cfg.steps - 1:
             finished, state["epoch"] = finished + [state["epoch"]], None
         designer_batch = score_designer(run, finished, episodes)
@@ -391,12 +391,13 @@ class Regen:
     hinted: list
     rejected: list
     hinted_rewards: dict   # env_id -> the rewards of its hinted plays that were not FAILED
+    epoch: object          # regret.Epoch: the epoch that opens on these environments
 
 
 def new_pool(run, step, times, metrics):
     """The designer writes G environments (each validated by the gate), then a hint for each, then the
-    agent plays each new environment with its hint: R_hint. A new epoch opens on them; the pool is
-    topped up from the seed environments where fewer than G are valid."""
+    agent plays each new environment with its hint: R_hint. The pool is topped up from the seed
+    environments where fewer than G are valid; the new epoch (Regen.epoch) holds the designer samples."""
     import agent
     cfg, state = run.cfg, run.state
     with timer(times, "design"):
@@ -405,7 +406,8 @@ def new_pool(run, step, times, metrics):
         hints = launch.divide(run, [1.0] * len(envs), lambda mine: designer.write_hints(
             run.gen, run.tokenizer, [envs[i] for i in mine], run.setting, run.params["hint"])) \
             if regret.needs_hints(cfg.designer_reward) and envs else []
-        # The same seeds as this step's unhinted plays: both arms of the regret meet the same instances.
+        # Seeded as this step's unhinted plays (agent.play_seeds): with 16 hinted plays and 8 unhinted, the
+        # first 8 hinted plays meet the same instances as the unhinted ones; the other 8 are new.
         hinted = play_on_ranks(run, envs, cfg.unflagged.hint_plays, step, hints) if hints else []
         scored_hinted, hung = agent.drop_failed(hinted, state["blacklist"])
         log_blacklisted(run, hung)
@@ -416,8 +418,8 @@ def new_pool(run, step, times, metrics):
     state["pool"] = envs + topup
     state["lengths"] = {e.env_id: state["lengths"][e.env_id] for e in state["pool"] if e.env_id in state["lengths"]}
     by_env = {e.env_id: [p.outcome() for p in scored_hinted if p.env_id == e.env_id] for e in envs}
-    state["epoch"] = regret.Epoch(step, samples, {k: v for k, v in by_env.items() if v}, timeouts=hung)
-    return Regen(envs, hints, hinted, rejected, regret.group_rewards(scored_hinted))
+    epoch = regret.Epoch(step, samples, {k: v for k, v in by_env.items() if v}, timeouts=hung)
+    return Regen(envs, hints, hinted, rejected, regret.group_rewards(scored_hinted), epoch)
 
 
 def design(run, step, metrics):

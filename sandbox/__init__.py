@@ -64,7 +64,7 @@ What each child gets (protected against):
   environment, has its control characters escaped (`printable`), for the terminal and the log. A
   play's step() clips the reward to the gate's range, REWARD_RANGE: the gate probes three actions, a
   play may meet any reward. The agent cuts what can no longer fit a play's context before it is
-  tokenised or kept, tool calls included (agent.chars_per_token).
+  tokenised or kept, tool calls included (chat.chars_per_token).
 - the parent's sends: MSG_NOSIGNAL, so a child that shuts its socket's reading side is an error, never
   SIGPIPE, whatever the process embedding the trainer does with that signal.
 - the gate's two processes (gate.py) start side by side, each in a slot of its own, as a game's plays

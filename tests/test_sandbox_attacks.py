@@ -1640,7 +1640,7 @@ class HostileEnv(ToolUseBaseEnv):
 def test_text_that_cannot_fit_the_context_is_cut_before_it_is_tokenised(where, tiny_tokenizer, tmp_path):
     """900,000 characters where the context holds 4096 tokens: the play ends truncated (METHOD 4.1), and
     what the trainer keeps of it (its tokens, its transcript, its dump under samples/) stays within the
-    context, plus the stated margin (agent.chars_per_token): two of the tokenizer's longest vocabulary
+    context, plus the stated margin (chat.chars_per_token): two of the tokenizer's longest vocabulary
     entries in characters of transcript per token of context."""
     from harness.report import Log
     flood = "'a b ' * 225_000"
