@@ -3,7 +3,8 @@
     episodes = play(pool, engine, tokenizer, plays_per_env=8, params=SamplingParams(0.6, 0.95, 20),
                     seeds=[play_seeds(env.env_id, 8, salt=step) for env in pool], max_turns=25)
 
-Every turn makes one batched `engine.generate` call for every live episode, then carries each reply to
+Every turn makes one batched `engine.generate` call for the live episodes (one per distinct token
+budget, normally one), then carries each reply to
 its episode's own `sandbox.EnvSandbox`. Games act through `\\boxed{...}`; environments with tools are
 played with native tool calls and a final `<answer>...</answer>` (the action readers are at the end).
 Token-in/token-out: an episode is ONE token sequence, never re-tokenised: the first prompt (mask 0),
@@ -35,8 +36,6 @@ TOOL_CALL_REMINDER = ("(Your tool call could not be parsed. Write each call exac
                       '<tool_call>{"name": "<tool name>", "arguments": {"<parameter>": <value>}}</tool_call> '
                       "and give the final answer as <answer>...</answer>.)")
 CONTEXT_MARGIN = 64   # METHOD 4.1: stop when the context left is <= 64; per-turn budget = left - 64
-# Stands in for a generated turn when the chat template renders what follows it; random per process,
-# so no observation (written by environment code in another process) can contain it.
 
 
 @dataclass
@@ -55,7 +54,7 @@ class Episode:
     error: str | None = None              # "<SandboxError kind>: <message>" when status == "error"
     failed: bool = False                  # a FAILED play (hang, crash, load/reset or tool failure): drop it
     hung: bool = False                    # its environment's load, reset or step ran past the deadline
-    messages: list[dict] = field(default_factory=list)     # chat transcript (ends with the last observation)
+    messages: list[dict] = field(default_factory=list)     # chat transcript (ends with the last observation, or the reply that ended the play)
     num_generated_tokens: int = 0
     # Thinking mode: per turn (tokens, loss_mask, logprobs), the re-rendered prompt then the reply;
     # tokens, loss_mask and logprobs above then stay empty.

@@ -122,7 +122,8 @@ class EnvMemory:
         del self.records[:-self.capacity]            # FIFO: the oldest records go first
 
     def seed_from(self, environments):
-        """Seed a fresh memory with hand-written environments at neutral stats (see the docstring)."""
+        """Seed a fresh memory with hand-written environments at neutral stats: win rate 0.5, regret 0.0,
+        rollout id -1 (METHOD.md 8)."""
         for env in environments:
             self.add(env.env_id, env.skill, env.code, 0.5, 0.0, -1, {"source": "seed"})
 
@@ -203,7 +204,8 @@ def game_messages(skill: str, document: str | None, memory_block: str, rng: rand
 
 def tool_messages(skill: str, snippet: str | None, memory_block: str, rng: random.Random, *,
                   max_turns: int, difficulty: str = "medium") -> list[dict]:
-    """Tool use: one user message (no system message, METHOD 2.1) with a rotated domain and variant.
+    """Tool use: one user message (no system message, METHOD 2.1) with a domain and variant drawn by the
+    attempt's rng.
     The turn cap is not in its text (the base class's max_turns=10 is, as officially)."""
     domain, variant = rng.choice(prompts.TOOL_DOMAINS), rng.choice(prompts.TOOL_VARIANTS)
     ideas = "\n".join(f"- {t}" for t in prompts.TOOL_SKILL_TASKS[skill])
@@ -273,8 +275,8 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
 
     Every round batches the attempts of all still-empty slots into one engine.generate call. Returns
     (environments, designer samples, stats); a slot whose attempts all fail is simply missing; stats
-    hold each rejection ("failures"). `max_turns`: the agent's turn cap, which the prompt states and the
-    gate constructs with. audit_params: the sampling parameters of the solvability audit, where the
+    hold each rejection ("failures"). `max_turns`: the agent's turn cap, which the gate constructs with and
+    the no-corpus game prompt states (the corpus prompt asks for 12, tool use for 10). audit_params: the sampling parameters of the solvability audit, where the
     setting audits what passes the gate (METHOD 3.1 step 4). progress: a label for a bar of the valid
     environments, redrawn every second (on a terminal only).
     """

@@ -25,7 +25,8 @@ from sandbox import EnvSandbox, SandboxError
 class Validation:
     ok: bool
     stage: str          # "passed", or where it failed: syntax exec class construct interface reset tools
-    error: str          # step reseed determinism close criteria, or timeout memory crash output
+    error: str          # step reseed determinism close criteria, timeout memory crash output,
+                        # or audit (designer.audited, tool use)
     class_name: str
     code: str           # after extraction and brace repair
 
@@ -170,7 +171,8 @@ def _difference(first, again):
 
 
 def _criteria(send):
-    """METHOD 3.1 step 3: some success criterion of a tool-use environment evaluates on its initial state."""
+    """METHOD 3.1 step 3: a tool-use environment is rejected when, at every seed (0, 1, 2) whose criteria
+    are evaluable, some criterion raises on the initial state; one without criteria passes."""
     results = [_call(send, "criteria", "criteria", seed=seed) for seed in (0, 1, 2)]
     _require("output", all(type(r) is dict and type(r.get("evaluable")) is bool
                            and type(r.get("error")) in (str, type(None)) for r in results), "criteria: a malformed reply")

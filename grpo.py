@@ -109,7 +109,7 @@ def tis_weight(old_logprobs, rollout_logprobs, cap=2.0):
     Corrects for the samples coming from another engine (vLLM numerics) and, for designer samples, from
     weights R updates old. Example: old = log 0.3, rollout = log 0.1 -> 3 -> capped to 2.0;
     old = log 0.1, rollout = log 0.2 -> 0.5. Its mean is not 1 even with identical numerics: pi_old is the
-    full softmax at the training temperature (1.0; 0.7 for tool use) while the engine samples at its own (0.6) and reports
+    full softmax at the training temperature (1.0; 0.7 for tool use with Qwen3-4B) while the engine samples at its own (0.6) and reports
     log-probs after top-k/top-p (vLLM's "processed_logprobs"), so a sampled token is likelier under the
     engine than under pi_old and the logged mean tis_weight sits below 1.
     """

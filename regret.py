@@ -4,11 +4,12 @@ The agent: every play ends with one raw reward, and the K plays of one environme
 GRPO group whose advantages are the z-scored rewards (`agent_advantages`, `episode_advantages`).
 The designer: an environment is scored once its regen epoch of R steps has been played (`Epoch`,
 `EnvOutcome`), by a variant of `DESIGNER_REWARDS` (the paper's `blend`: 0.6 * plateau(win rate) +
-0.4 * clipped hint regret); `score_designer_batch` drops x < 0, centres x within each skill and scales
-it by the role scale S. A new variant is one function added to `DESIGNER_REWARDS`.
+0.4 * clipped hint regret); `score_designer_batch` drops x < 0 (but for the variants that keep
+negatives: `regret_based`), centres x within each skill and scales it by the role scale S. A new variant is one function added
+to `DESIGNER_REWARDS`.
 
-Convention: the mean of no plays is 0.0. Not implemented, because every paper run has them off
-(METHOD 13.2): micro-LP, the frontier penalty, the solver-variance bonus, `ema_baseline`.
+Convention: the mean of no plays is 0.0. Not implemented, because every paper run has them off or
+never reads them (METHOD 13.2): micro-LP, the frontier penalty, the solver-variance bonus, `ema_baseline`.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 
 def mean_reward(rewards: list[float]) -> float:
     """Mean of raw episode rewards, 0.0 for no plays. This is the paper's "win rate" w_g fed to
-    `plateau` (and R_0, R_hint): a crashed play (-1) pulls it down, unlike `share_won`.
+    `plateau` (and R_0, R_hint): a play that scored -1 (a loss, or step() raising) pulls it down, unlike
+    `share_won`.
     Example: mean_reward([1, 0, 0, 1]) = 0.5; mean_reward([1, -1, 0.5, 0]) = 0.125; mean_reward([]) = 0.0.
     """
     return sum(rewards) / len(rewards) if rewards else 0.0

@@ -12,8 +12,8 @@
 Top to bottom: the thirty knobs (`Config`), the values that have no flag (`Unflagged`), the settings and
 METHOD.md 7.3's per-run tables (data), the order they apply in (`layers`), then the loop (`train`) in the
 paper's order (METHOD.md 0). The set-up is harness/setup.py; dividing a phase's work between ranks is
-backend/launch.py's `divide`. Not here: a batch trimmed to a fixed size, retries of FAILED plays, more
-than one node.
+backend/launch.py's `divide`. Not here: a batch trimmed to a fixed size, retries of FAILED plays.
+spade.py starts the ranks of one node itself; several nodes start under torchrun (README, Beyond one node).
 """
 import argparse
 import contextlib
@@ -60,7 +60,7 @@ class Config:
     temperature: float = 0.6          # agent and designer sampling temperature (the update's: Unflagged)
     top_p: float = 0.95               # nucleus sampling of agent and designer
     top_k: int = 20                   # top-k sampling of agent and designer (0: off)
-    max_turns: int = 25               # agent turns per episode, the cap on a game's own (prompt, gate, plays)
+    max_turns: int = 25               # agent turns per episode, the cap on a game's own (gate, plays; no-corpus prompt)
     max_context: int = 32768          # tokens per episode
     max_new_tokens: int = 8192        # agent tokens per turn
     thinking: str = "off"             # agent thinking, a sample per turn (METHOD 4.2; on for Qwen3-8B)
@@ -424,7 +424,8 @@ def new_pool(run, step, times, metrics):
 
 def design(run, step, metrics):
     """G designer slots of this epoch's skills, divided between the ranks: (environments, designer
-    samples, rejected attempts), every rank's, in slot order. Each rejection is printed."""
+    samples, rejected attempts), every rank's: environments and samples in slot order, rejections by
+    attempt then slot. Each rejection is printed."""
     cfg = run.cfg
     skills = designer.slots_for_epoch(run.skills, step // cfg.regen_interval, cfg.unflagged.skills_per_regen,
                                       cfg.num_envs)
@@ -448,7 +449,7 @@ def design(run, step, metrics):
 # --- 2. the plays -------------------------------------------------------------------------------
 def trained_plays(run, step, times, metrics):
     """This step's trained plays: K of each pool environment not blacklisted, seeded per play and salted
-    by the step (the regen step's hinted plays used the same seeds, METHOD 13.3). The fixed-pool
+    by the step (at a regen step they are the first K of the hinted plays' seeds, METHOD 13.3). The fixed-pool
     baseline takes its pool's next G environments; the RLVE baseline plays new RLVE problems."""
     cfg, state = run.cfg, run.state
     if cfg.rlve:
@@ -528,8 +529,8 @@ def update_policy(run, batch, times):
     import grpo
     with timer(times, "update"):
         run.gen.sleep()
-        # The log-probs of the update are at train_temperature (1.0), not at the sampling temperature: the
-        # TIS weight is then pi_T1 / pi_rollout(T 0.6), as officially (METHOD 7.2).
+        # The log-probs of the update are at train_temperature (1.0; 0.7 for tool use with Qwen3-4B), not at
+        # the sampling temperature: the TIS weight is then pi_train / pi_rollout, as officially (METHOD 7.2).
         update = grpo.update(run.model, run.optimizer, batch, micro_token_budget=run.cfg.unflagged.micro_token_budget,
                              temperature=run.cfg.unflagged.train_temperature,
                              activation_checkpointing=run.device == "cuda",   # activations, not weights, fill a GPU

@@ -7,7 +7,9 @@ import uuid
 
 from sandbox.contract import control_tokens, plain, plain_messages
 
-TURN_PLACEHOLDER = f"<turn-{uuid.uuid4().hex}>"   # stands for an assistant turn in delta_text
+# Stands in for a generated turn when delta_text renders what follows it; random per process, so no
+# observation (written by environment code in another process) can contain it.
+TURN_PLACEHOLDER = f"<turn-{uuid.uuid4().hex}>"
 
 
 def render(tokenizer, messages, tools, add_generation_prompt, thinking=False):
