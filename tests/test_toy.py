@@ -20,6 +20,9 @@ import spade
 import toy
 from backend import models
 
+# make test spreads tests over processes (pytest-xdist): these share one taught model, so one process
+pytestmark = pytest.mark.xdist_group("toy")
+
 STEPS = 6
 ROOT = Path(__file__).resolve().parents[1]
 
