@@ -423,8 +423,8 @@ def parse_hint(text: str) -> str:
     return text
 
 
-# The two parts of a hint are found with str.find, as re.sub(r"<think>.*?(</think>|$)", "", text) and
-# re.search(r"```json\s*\n(.*?)```", text) find them (DOTALL; tests/test_trust.py checks both), in one pass:
+# The two parts of a hint are found with str.find, linear in the reply, as re.sub(r"<think>.*?(</think>|$)",
+# "", text) and re.search(r"```json\s*\n(.*?)```", text) find them (DOTALL; tests/test_trust.py checks both):
 # the second regex is quadratic in a run of newlines after an opener that never closes (a second for 10 kB).
 def _without_thinking(text):
     """`text` without its <think> blocks, an unclosed one running to the end."""

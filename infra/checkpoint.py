@@ -12,9 +12,9 @@ full to write one, is one sentence that names what is kept.
 
 A run directory may have been written by someone else (a shared file system, a downloaded run): a resume
 reads it as data. The pointer names a ckpt-<step> folder of the run's own, holding no link; `state.pt` and
-8-bit moments are read with torch.load's weights_only, which builds tensors, plain values and the loop
-state's classes (STATE_CLASSES) by name alone; DCP's `.metadata` is unpickled with its own classes alone
-(`_DataReader`). Anything else in them is one sentence, never code run.
+8-bit moments are read with torch.load's weights_only, which builds tensors, plain values and, by name, the
+loop state's classes (`_state_classes`); torch.distributed.checkpoint's `.metadata` is unpickled with its
+own classes alone (`_data_reader`). Anything else in them is one sentence, never code run.
 """
 import contextlib
 import dataclasses
@@ -359,7 +359,7 @@ def _data_reader(folder):
             if type(metadata) is not Metadata or not all(type(f) is str and re.fullmatch(r"[\w.-]+", f)
                                                          and f.strip(".") for f in files):
                 raise pickle.UnpicklingError("its metadata is not DCP's, or names a file outside its folder")
-            metadata.storage_meta = metadata.storage_meta or StorageMeta()
+            metadata.storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()   # as DCP's reader
             metadata.storage_meta.load_id = self.load_id
             return metadata
     return DataReader(folder)
