@@ -190,6 +190,7 @@ PARSERS = [
     ("designer.parse_hint", designer.parse_hint, "```json" + "\n" * N + "x"),
     ("designer.parse_hint", designer.parse_hint, "<think>" * (N // 7)),
     ("designer.parse_hint", designer.parse_hint, "```json \n" * (N // 9)),
+    ("designer.accepts", designer.accepts, "<think>" + "\\boxed{" * (N // 7)),
     ("agent.game_action", agent.game_action, "\\boxed{" + "{" * N),
     ("agent.game_action", agent.game_action, "\\boxed{" + "{a}" * (N // 3)),
     ("agent.game_action", agent.game_action, "\\boxed{ }" * (N // 9)),
