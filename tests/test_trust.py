@@ -3,10 +3,12 @@ folder, a corpus, the report a person reads, and the parsers of model text. Each
 from the trainer's side: no code run, no file read outside the folder named, no stall, nothing raw on the
 terminal or the page, and a bad file is one sentence (or a skipped line)."""
 import json
+import pickle
 import random
 import re
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,9 +20,10 @@ from baselines import rlve
 from envs import Environment, load_pool
 from infra import checkpoint, models, report
 from sandbox.contract import extract_code, printable, read_json, repair_braces
+from spade import configure
 from test_checkpoint import saved_run
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]
 DEEP, DIGITS = "[" * 5000 + "]" * 5000, "1" * 5000   # nested past the parser's stack; past int()'s 4,300 digits
 
 
@@ -67,8 +70,7 @@ def test_a_pickle_in_the_8bit_moments_runs_nothing(tmp_path):
 
 def test_a_pickle_in_the_dcp_metadata_runs_nothing(tmp_path):
     model, optimizer = resumable(tmp_path / "run")
-    (tmp_path / "run" / "ckpt-00004" / "optimizer" / ".metadata").write_bytes(
-        __import__("pickle").dumps(Planted(tmp_path / "ran")))
+    (tmp_path / "run" / "ckpt-00004" / "optimizer" / ".metadata").write_bytes(pickle.dumps(Planted(tmp_path / "ran")))
     with pytest.raises(SystemExit, match=REFUSED):
         checkpoint.restore(tmp_path / "run" / "ckpt-00004", model, optimizer, None, 0)
     assert not (tmp_path / "ran").exists()
@@ -106,8 +108,8 @@ def test_the_loop_state_reads_back_as_it_was_saved(tmp_path):
                  epoch=regret.Epoch(0, [sample], {"g": [episode]}), tracker=tracker, rng=rng,
                  pool_rng=random.Random(42), blacklist={"h"}, rlve=rlve.Curriculum())
     model, optimizer = resumable(tmp_path)
-    checkpoint.save_checkpoint(tmp_path, __import__("spade").configure(dict(model="tiny")), model,
-                               models.tiny_model()[1], optimizer, None, state, 0)
+    checkpoint.save_checkpoint(tmp_path, configure(dict(model="tiny")), model, models.tiny_model()[1], optimizer,
+                               None, state, 0)
     resumed = checkpoint.restore(tmp_path / "ckpt-00004", model, optimizer, None, 0)
     assert resumed == {**state, "rng": resumed["rng"], "pool_rng": resumed["pool_rng"]}
     assert resumed["rng"].random() == rng.random()
