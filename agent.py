@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 import sandbox
 from backend import chat
-from sandbox.contract import tag_blocks
+from sandbox.contract import read_json, tag_blocks
 
 # The first message of a game (METHOD.md 4.1): a framing sentence, the observation, the instruction.
 GAME_FRAMING = "You are playing a language game. Make valid actions to win."   # the official words
@@ -464,8 +464,8 @@ def game_action(text):
 
 def _json_or_text(value):
     try:
-        return json.loads(value)
-    except (ValueError, RecursionError):   # RecursionError: a reply of 100k "[" must not end the run
+        return read_json(value)
+    except ValueError:   # not JSON, or nested too deep (a reply of 100k "[" must not end the run)
         return value
 
 

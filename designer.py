@@ -37,7 +37,8 @@ import prompts
 from agent import after_thinking, extract_boxed
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
-from sandbox.contract import clean_text, control_tokens, plain_messages   # clean_text: lone surrogates as U+FFFD
+from sandbox.contract import (clean_text, control_tokens, plain_messages,   # clean_text: lone surrogates as U+FFFD
+                              printable, read_json)
 
 SNIPPET_CHARS = 2000                  # METHOD 8: memory keeps the first 2000 characters of the code
 
@@ -88,15 +89,15 @@ class EnvMemory:
     def _load(path: Path) -> list[dict]:
         """The records of `path`; a corrupt file is moved aside (never overwritten) and [] returned."""
         try:
-            return EnvMemory.checked(json.loads(path.read_text()))
-        except (ValueError, OSError) as e:   # JSONDecodeError, UnicodeDecodeError; a directory
+            return EnvMemory.checked(read_json(path.read_bytes()))
+        except (ValueError, OSError) as e:   # not JSON, not UTF-8, nested too deep; a directory
             base = f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
             aside, copies = path.with_name(base), 1
             while aside.exists():   # one an earlier start moved aside this second
                 copies += 1
                 aside = path.with_name(f"{base}~{copies}")
             os.replace(path, aside)
-            print(f"memory: {path} is corrupt ({str(e)[:200]}); moved it to {aside}, starting empty")
+            print(f"memory: {path} is corrupt ({printable(str(e)[:200])}); moved it to {aside}, starting empty")
             return []
 
     @staticmethod
@@ -412,16 +413,44 @@ def parse_hint(text: str) -> str:
     >>> parse_hint('Here:\\n```json\\n{"hint": "Halve the range."}\\n```')
     'Halve the range.'
     """
-    text = re.sub(r"<think>.*?(</think>|$)", "", after_thinking(text), flags=re.DOTALL).strip()
-    block = re.search(r"```json\s*\n(.*?)```", text, flags=re.DOTALL)
-    if block:
+    text = _without_thinking(after_thinking(text)).strip()
+    block = _json_block(text)
+    if block is not None:
         try:
-            value = json.loads(block.group(1))
-        except (ValueError, RecursionError):
+            value = read_json(block)
+        except ValueError:
             value = None
         if isinstance(value, dict) and isinstance(value.get("hint"), str):
             return value["hint"].strip()
     return text
+
+
+# The two parts of a hint are found with str.find, linear in the reply, as re.sub(r"<think>.*?(</think>|$)",
+# "", text) and re.search(r"```json\s*\n(.*?)```", text) find them (DOTALL; tests/test_trust.py checks both):
+# the second regex is quadratic in a run of newlines after an opener that never closes (a second for 10 kB).
+def _without_thinking(text):
+    """`text` without its <think> blocks, an unclosed one running to the end."""
+    kept, at = [], 0
+    while (start := text.find("<think>", at)) >= 0:
+        kept.append(text[at:start])
+        end = text.find("</think>", start + len("<think>"))
+        at = len(text) if end < 0 else end + len("</think>")
+    return "".join(kept) + text[at:]
+
+
+_SPACE = re.compile(r"\s*")
+
+
+def _json_block(text):
+    """The body of the first ```json block (the opener, whitespace through a newline, the body up to ```), or None."""
+    at = 0
+    while (start := text.find("```json", at)) >= 0:
+        at = start + len("```json")
+        newline = text.rfind("\n", at, _SPACE.match(text, at).end())
+        if newline >= 0:
+            end = text.find("```", newline + 1)
+            return text[newline + 1:end] if end >= 0 else None
+    return None
 
 
 def write_hints(engine, tokenizer, envs, setting: Setting, params) -> list[str]:
@@ -483,8 +512,8 @@ def _corpus_text(line: str) -> tuple[dict, str] | None:
     """(the JSON object of a corpus line, its text: the first of `orig_doc` and `text` that is a non-blank
     string), or None."""
     try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
+        record = read_json(line)
+    except ValueError:   # not JSON, an integer of 5,000 digits, nested too deep
         return None
     if not isinstance(record, dict):
         return None

@@ -11,14 +11,14 @@ released pools (METHOD.md 10), validates each through `gate.validate_env` and re
 It does not deduplicate, sample or balance skills: that is the designer's business.
 """
 import hashlib
-import json
 import os
 import re
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox.contract import PLAY_MAX_TURNS, clean_text   # lone surrogates (JSON lets "\ud800" through) as U+FFFD
+from sandbox.contract import PLAY_MAX_TURNS, clean_text, printable, read_json   # clean_text: lone surrogates as U+FFFD
 
 GAME_SKILLS = {
     "Mathematical Reasoning": "solve math problems/equations",
@@ -84,18 +84,18 @@ def _records(path: Path) -> tuple[list, int]:
     file, and how many lines were skipped (not UTF-8 or not JSON). A byte-order mark is dropped."""
     data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
     if data.lstrip().startswith(b"["):
-        return json.loads(data.decode()), 0
+        return read_json(data), 0
     if data.lstrip().startswith(b"{"):   # one JSON object over several lines, or JSONL
         try:
-            whole = json.loads(data.decode())
+            whole = read_json(data)
             return (whole["environments"] if isinstance(whole.get("environments"), list) else [whole]), 0
-        except (ValueError, RecursionError):
+        except ValueError:
             pass
     records, skipped = [], 0
     for line in filter(bytes.strip, data.splitlines()):
         try:
-            records.append(json.loads(line.decode()))
-        except (ValueError, RecursionError):   # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            records.append(read_json(line))
+        except ValueError:   # not UTF-8, not JSON, nested too deep
             skipped += 1
     return records, skipped
 
@@ -120,19 +120,36 @@ def _read_jsonl(path: Path) -> tuple[list[Environment], int]:
 def _read_directory(path: Path) -> tuple[list[Environment], int]:
     """The .py files of `path` (or, when it has none, of its subfolders, as in a dataset's root), their
     integrity checked against a `checksums.sha256` and their skill read off the name or a manifest; and
-    how many files were skipped because they are not UTF-8 (each named in a WARNING)."""
-    files = sorted(p for p in path.glob("*.py") if p.name != "__init__.py") or sorted(
+    how many files were skipped: not the folder's own (`_own_file`) or not UTF-8 (the first named in a WARNING)."""
+    listed = sorted(p for p in path.glob("*.py") if p.name != "__init__.py") or sorted(
         p for p in path.rglob("*.py") if p.name != "__init__.py")
+    files = [p for p in listed if _own_file(p, path)]
     verify_checksums(path, files)
-    skills, found, unreadable = _manifest_skills(path), [], []
+    own = set(files)
+    skills, found, left_out = _manifest_skills(path), [], [p.name for p in listed if p not in own]
     for file in files:
         try:
             found.append(Environment(file.stem, skills.get(file.name) or skill_from_name(file.stem), _source(file)))
         except UnicodeDecodeError:
-            unreadable.append(file.name)
-    if unreadable:
-        print(f"WARNING: {len(unreadable)} pool file(s) are not UTF-8 and are left out: {unreadable[:3]}", flush=True)
-    return found, len(unreadable)
+            left_out.append(file.name)
+    if left_out:
+        print(f"WARNING: {len(left_out)} pool file(s) are left out (links, not regular files, over "
+              f"{MAX_POOL_FILE_BYTES >> 20} MiB or not UTF-8): {printable(', '.join(left_out[:3]))}", flush=True)
+    return found, len(left_out)
+
+
+MAX_POOL_FILE_BYTES = 1 << 20   # a released game is a few kB
+
+
+def _own_file(file: Path, folder: Path) -> bool:
+    """Whether `file` is a regular file of `folder` or a folder below it, reached through no link, of at most
+    MAX_POOL_FILE_BYTES: a pool's folder hands the gate its own files, never one elsewhere (the trainer's)."""
+    try:
+        info = file.lstat()
+        return (stat.S_ISREG(info.st_mode) and info.st_size <= MAX_POOL_FILE_BYTES
+                and file.resolve() == folder.resolve() / file.relative_to(folder))
+    except (OSError, ValueError):
+        return False
 
 
 def _source(path: Path) -> str:
@@ -142,7 +159,8 @@ def _source(path: Path) -> str:
 
 def _beside(path: Path, names: tuple[str, ...]) -> Path | None:
     """The first of `names` in `path` or its parent (a released pool keeps them beside its `games/` folder)."""
-    return next((folder / name for folder in (path, path.parent) for name in names if (folder / name).is_file()), None)
+    return next((folder / name for folder in (path, path.parent) for name in names
+                 if _own_file(folder / name, folder)), None)
 
 
 class PoolMismatch(ValueError):
@@ -174,7 +192,7 @@ def _manifest_skills(path: Path) -> dict[str, str]:
     manifest = _beside(path, ("manifest.jsonl", "manifest.json"))
     try:
         records, bad = _records(manifest) if manifest else ([], 0)
-    except (ValueError, RecursionError):   # optional: the skills then come from the file names
+    except ValueError:   # optional: the skills then come from the file names
         records, bad = [], "all"
     if bad:
         print(f"WARNING: {manifest} has {bad} line(s) that are not JSON; they are ignored", flush=True)
@@ -187,13 +205,16 @@ def _manifest_skills(path: Path) -> dict[str, str]:
 
 
 def _distinct_ids(environments: list[Environment]) -> list[Environment]:
-    """Ids made unique (plays are grouped by id): a second `game_0001` becomes `game_0001_2`.
+    """Ids made printable (a pool's file names reach the terminal, the log and the report: their control
+    and bidirectional characters as escapes) and unique (plays are grouped by id): a second `game_0001`
+    becomes `game_0001_2`.
 
     >>> [e.env_id for e in _distinct_ids([Environment("a", "x", ""), Environment("a", "x", "")])]
     ['a', 'a_2']
     """
     taken = set()
     for env in environments:
+        env.env_id, env.skill = printable(env.env_id), printable(env.skill)
         base, copies = env.env_id, 1
         while env.env_id in taken:
             copies += 1
@@ -226,7 +247,7 @@ def load_pool(path, *, validate: bool = True, max_turns: int = PLAY_MAX_TURNS) -
             candidates, skipped = _read_directory(path) if path.is_dir() else _read_jsonl(path)
     except PoolMismatch:
         raise
-    except (ValueError, RecursionError, AttributeError) as e:   # JSONDecodeError, UnicodeDecodeError
+    except (ValueError, AttributeError) as e:   # not JSON, not UTF-8, nested too deep
         raise ValueError(f"{path} is not a pool (a directory of .py files, or JSON records with a `code` field): {e}")
     candidates = _distinct_ids(candidates)
     valid, rejected = candidates, []

@@ -9,6 +9,12 @@ and the checkpoint VERSION) is replaced atomically, so a kill never leaves half 
 are kept. The KL reference is never saved: `kl_reference` rebuilds it from the initial model. One
 process holds a run directory (`claim`); a pointer or checkpoint that cannot be read, or a disk too
 full to write one, is one sentence that names what is kept.
+
+A run directory may have been written by someone else (a shared file system, a downloaded run): a resume
+reads it as data. The pointer names a ckpt-<step> folder of the run's own, holding no link; `state.pt` and
+8-bit moments are read with torch.load's weights_only, which builds tensors, plain values and, by name, the
+loop state's classes (`_state_classes`); torch.distributed.checkpoint's `.metadata` is unpickled with its
+own classes alone (`_data_reader`). Anything else in them is one sentence, never code run.
 """
 import contextlib
 import dataclasses
@@ -17,8 +23,11 @@ import json
 import os
 import pickle
 import random
+import re
 import shutil
 from pathlib import Path
+
+from sandbox.contract import printable, read_json
 
 _LOCKS = []   # the claimed run directories' lock files, open for the life of the process
 VERSION = 3   # of what a checkpoint holds; a checkpoint of another version is refused, never converted
@@ -163,9 +172,10 @@ def read_pointer(run_dir):
         raise SystemExit(f"spade.py: another process is running in {run_dir}, which has no checkpoint yet"
                          if running(run_dir) else f"spade.py: no checkpoint to resume in {run_dir} (--resume takes "
                          f"a run's directory, the one that holds `latest`)")
-    try:
-        pointer = json.loads(latest.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    try:   # the pointer is a few kB: a link or a file of megabytes is not one
+        small = not latest.is_symlink() and latest.stat().st_size < 1 << 20
+        pointer = read_json(latest.read_bytes()) if small else None
+    except (OSError, ValueError):   # not JSON, not UTF-8, nested too deep
         pointer = None
     if not (type(pointer) is dict and isinstance(pointer.get("checkpoint"), str) and type(pointer.get("step")) is int
             and isinstance(pointer.get("config"), dict)):
@@ -174,6 +184,9 @@ def read_pointer(run_dir):
         raise SystemExit(f"spade.py: {run_dir} was written by another version of spade.py (checkpoint version "
                          f"{pointer.get('version', 1)}, this one reads {VERSION}); start a new run")
     folder = run_dir / pointer["checkpoint"]
+    if not _own_checkpoint(run_dir, pointer["checkpoint"]):
+        raise SystemExit(f"spade.py: {latest} names {printable(pointer['checkpoint'][:100])!r}, which is not a "
+                         f"checkpoint of {run_dir} (a ckpt-<step> folder of its own, holding no link); {_kept(run_dir)}")
     missing = [name for name in ("model", "state.pt", "env_memory.json", "optimizer")
                if not (folder / name).exists()]
     if missing:
@@ -182,10 +195,34 @@ def read_pointer(run_dir):
     return pointer
 
 
+def _own_checkpoint(run_dir, name):
+    """Whether `name` is a ckpt-<step> folder of `run_dir` itself, holding no link: a pointer that names
+    another place (an absolute path, `..`, a link) is not followed."""
+    folder = run_dir / name
+    if not re.fullmatch(r"ckpt-[0-9]+", name) or folder.is_symlink() or not folder.is_dir():
+        return False
+    return not any(p.is_symlink() for p in folder.rglob("*"))
+
+
 def damaged(checkpoint, error):
-    """The one sentence for a checkpoint file that cannot be read (truncated, say)."""
-    return SystemExit(f"spade.py: {checkpoint} cannot be read ({type(error).__name__}: {str(error)[:300]}); "
-                      f"{_kept(checkpoint.parent)}")
+    """The one sentence for a checkpoint file that cannot be read (truncated, or holding objects that are not
+    data: weights_only's refusal, an UnpicklingError)."""
+    if isinstance(error, pickle.UnpicklingError):
+        error = ValueError("it holds objects other than tensors and plain values, which a resume never unpickles")
+    return SystemExit(f"spade.py: {checkpoint} cannot be read ({type(error).__name__}: "
+                      f"{printable(str(error)[:300])}); {_kept(checkpoint.parent)}")
+
+
+def _state_classes():
+    """The classes the loop state holds (spade.py's `state`), all the objects `state.pt` may build besides
+    tensors and plain values: they are dataclasses of plain values and random.Random, its generator state."""
+    import agent
+    import designer
+    import envs
+    import regret
+    from baselines import rlve
+    return [random.Random, envs.Environment, regret.Epoch, regret.LearningPotentialTracker, designer.DesignerSample,
+            agent.Episode, rlve.Curriculum]
 
 
 def restore(checkpoint, model, optimizer, memory, rank):
@@ -194,8 +231,9 @@ def restore(checkpoint, model, optimizer, memory, rank):
     import torch
     try:
         load_optimizer(optimizer, model, checkpoint, rank)
-        saved = torch.load(checkpoint / "state.pt", weights_only=False)   # our own file, written above
-        records = None if memory is None else memory.checked(json.loads((checkpoint / "env_memory.json").read_text()))
+        with torch.serialization.safe_globals(_state_classes()):
+            saved = torch.load(checkpoint / "state.pt", weights_only=True)
+        records = None if memory is None else memory.checked(read_json((checkpoint / "env_memory.json").read_bytes()))
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
         raise damaged(checkpoint, e) from None
     random.setstate(saved["python_rng"])
@@ -255,16 +293,18 @@ def load_optimizer(optimizer, model, directory, rank):
             raise SystemExit(f"spade.py: {directory} holds torchao's 8-bit optimizer moments of {per_rank} "
                              f"process{'es' * (per_rank != 1)}, which cannot be resharded; resume it with {per_rank}, "
                              f"not {world}")
-        optimizer.load_state_dict(torch.load(folder / f"rank{rank}.pt", weights_only=False))
+        optimizer.load_state_dict(torch.load(folder / f"rank{rank}.pt", weights_only=True))   # torchao allows its class
         return
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
     state = get_optimizer_state_dict(model, optimizer)   # the layout this run holds, moments made if none
-    _dcp(dcp.load, state, checkpoint_id=folder)
+    reader = _data_reader(folder)
+    reader.read_metadata()   # first here: dcp.load would turn its refusal into an AssertionError of its own
+    _dcp(dcp.load, state, checkpoint_id=folder, storage_reader=reader)
     set_optimizer_state_dict(model, optimizer, state)
 
 
-def _dcp(call, state, checkpoint_id):
+def _dcp(call, state, checkpoint_id, **reader):
     """torch.distributed.checkpoint's save or load, in one process without a process group where there is
     none, its failure raised as the error a rank met (its CheckpointException is a BaseException holding
     every rank's, traceback and all): a full disk or a truncated file is then one sentence as elsewhere."""
@@ -274,10 +314,55 @@ def _dcp(call, state, checkpoint_id):
     try:
         with warnings.catch_warnings():   # that one process means one process, at every checkpoint
             warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-            return call(state, checkpoint_id=checkpoint_id, no_dist=not dist.is_initialized())
+            return call(state, checkpoint_id=checkpoint_id, no_dist=not dist.is_initialized(), **reader)
     except CheckpointException as e:
         error = next(iter(e.failures.values()))[0]
         raise error if isinstance(error, Exception) else RuntimeError(repr(error)) from None
+
+
+# What DCP's `.metadata` holds: its own metadata classes, torch's sizes, dtypes, layouts and memory formats,
+# and the path the checkpoint was written at. The unpickler finds these by name and nothing else.
+_METADATA_CLASSES = {
+    "torch.distributed.checkpoint.metadata": {"Metadata", "MetadataIndex", "TensorStorageMetadata", "StorageMeta",
+                                              "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
+                                              "_MEM_FORMAT_ENCODING"},
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo", "_StoragePrefix"},
+    "torch.serialization": {"_get_layout"},
+    "torch": {"Size"},
+    "pathlib": {"PosixPath", "PurePosixPath"},
+    "collections": {"OrderedDict"},
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        import torch
+        if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format)):
+            return getattr(torch, name)
+        if name in _METADATA_CLASSES.get(module, ()):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not checkpoint metadata")
+
+
+def _data_reader(folder):
+    """torch.distributed.checkpoint's file reader, its `.metadata` read by `_MetadataUnpickler` and naming
+    only files of `folder` (which reads them with weights_only)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+    class DataReader(FileSystemReader):
+        def read_metadata(self, *args, **kwargs):
+            with open(self._get_metadata_path(kwargs.get("rank")), "rb") as file:
+                metadata = _MetadataUnpickler(file).load()
+            data = getattr(metadata, "storage_data", None)
+            files = [getattr(info, "relative_path", None) for info in data.values()] if type(data) is dict else [None]
+            if type(metadata) is not Metadata or not all(type(f) is str and re.fullmatch(r"[\w.-]+", f)
+                                                         and f.strip(".") for f in files):
+                raise pickle.UnpicklingError("its metadata is not DCP's, or names a file outside its folder")
+            metadata.storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()   # as DCP's reader
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+    return DataReader(folder)
 
 
 def _eight_bit(optimizer):

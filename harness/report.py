@@ -21,6 +21,7 @@ import textwrap
 from pathlib import Path
 
 import regret
+from sandbox.contract import printable, read_json
 
 # The panels, each on its value's range (widened where a value falls outside; None: from the data).
 CURVES = [("agent/reward", "agent reward (mean episode return)", (-1, 1)),
@@ -165,9 +166,10 @@ class Log:
 
 
 def _json(text):
-    """The JSON value of `text`, or None where it is not JSON (a line or a file a kill cut short)."""
+    """The JSON value of `text`, or None where it is not JSON (a line or a file a kill cut short, or one
+    that is not what a run writes)."""
     try:
-        return json.loads(text)
+        return read_json(text)
     except ValueError:
         return None
 
@@ -231,26 +233,33 @@ def plot_curriculum(metrics, path, note=""):
     return fig
 
 
+def shown(text):
+    """Text a run read or wrote (environment code, transcripts, names) as the page shows it: markup escaped,
+    control and bidirectional characters written as their escapes (`printable`), so that code reads in
+    the order it runs."""
+    return html.escape(printable(str(text), lines=True))
+
+
 def transcript_html(messages):
-    rows = "".join(f'<div class="msg {html.escape(m.get("role", ""))}"><b>{html.escape(m.get("role", ""))}</b>'
-                   f'<pre>{html.escape(str(m.get("content", "")))}</pre></div>' for m in messages)
+    rows = "".join(f'<div class="msg {shown(m.get("role", ""))}"><b>{shown(m.get("role", ""))}</b>'
+                   f'<pre>{shown(m.get("content", ""))}</pre></div>' for m in messages)
     return rows or "<p><i>no transcript</i></p>"
 
 
 def rejected_html(rejected):
     if not rejected:
         return ""
-    rows = "".join(f"""<details><summary>step {r['step']} &middot; {html.escape(r['skill'])} &middot; attempt {r['attempt']}
- &middot; rejected at <b>{html.escape(r['stage'])}</b>: {html.escape(r['error'][:160])}</summary>
-<pre>{html.escape(r.get('response', ''))}</pre></details>""" for r in rejected)
+    rows = "".join(f"""<details><summary>step {r['step']} &middot; {shown(r['skill'])} &middot; attempt {r['attempt']}
+ &middot; rejected at <b>{shown(r['stage'])}</b>: {shown(r['error'][:160])}</summary>
+<pre>{shown(r.get('response', ''))}</pre></details>""" for r in rejected)
     return f"<h1>Rejected designer attempts ({len(rejected)})</h1><p>Not trained on; counted in designer validity.</p>{rows}"
 
 
 def plays_html(plays):
     if not plays:
         return ""
-    rows = "".join(f"""<details><summary>step {p['step']} &middot; {html.escape(p['env_id'])} &middot; win rate
- {p.get('win_rate', 0.0):.2f} &middot; this play {p['reward']:+.2f}, {html.escape(p['status'])}</summary>
+    rows = "".join(f"""<details><summary>step {p['step']} &middot; {shown(p['env_id'])} &middot; win rate
+ {p.get('win_rate', 0.0):.2f} &middot; this play {p['reward']:+.2f}, {shown(p['status'])}</summary>
 {transcript_html(p['transcript'])}</details>""" for p in plays)
     return (f"<h1>Plays ({len(plays)})</h1><p>One play of each environment of the pool (or RLVE problem) every R "
             f"steps, with the environment's win rate at that step.</p>{rows}")
@@ -270,7 +279,7 @@ def last_step_html(last):
         if isinstance(value, (int, float)) and key != "step":
             group, _, name = key.rpartition("/")
             groups.setdefault(group or "step", []).append(f"{name} {value:.3g}")
-    rows = "".join(f"<tr><th>{html.escape(group)}</th><td>{html.escape(' · '.join(cells))}</td></tr>"
+    rows = "".join(f"<tr><th>{shown(group)}</th><td>{shown(' · '.join(cells))}</td></tr>"
                    for group, cells in groups.items())
     return f"<p>last step ({last.get('step')}):</p><table>{rows}</table>" if rows else ""
 
@@ -280,21 +289,21 @@ def write_html(run_dir, metrics, samples, rejected, path, plays=()):
     note = no_valid_note(metrics, samples)
     cards = []
     for s in samples:
-        cards.append(f"""<section><h2>{html.escape(s['env_id'])}</h2>
-<p>skill <b>{html.escape(s['skill'])}</b> &middot; step {s['step']} &middot; win rate {s['win_rate']:.2f}
+        cards.append(f"""<section><h2>{shown(s['env_id'])}</h2>
+<p>skill <b>{shown(s['skill'])}</b> &middot; step {s['step']} &middot; win rate {s['win_rate']:.2f}
  &middot; regret {s['regret']:+.2f} &middot; {len(s['code'].splitlines())} lines</p>
-<p><b>Hint</b> (the policy's words, as written): <code>{html.escape(s['hint']) or '<i>none</i>'}</code></p>
-<details><summary>code</summary><pre>{html.escape(s['code'])}</pre></details>
-<details><summary>unhinted play ({html.escape(s.get('unhinted_status', ''))})</summary>{transcript_html(s['unhinted_transcript'])}</details>
+<p><b>Hint</b> (the policy's words, as written): <code>{shown(s['hint']) or '<i>none</i>'}</code></p>
+<details><summary>code</summary><pre>{shown(s['code'])}</pre></details>
+<details><summary>unhinted play ({shown(s.get('unhinted_status', ''))})</summary>{transcript_html(s['unhinted_transcript'])}</details>
 <details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>""")
     body = "\n".join(cards) or ("<p>A baseline run: no designer.</p>" if is_baseline else
                                  "<p>None: the rejected attempts are below, and what the agent played under Plays.</p>")
     isolation = sandbox_line(run_dir) + (f'<p style="color:#b00;font-weight:bold">{note}</p>' if note else "")
-    path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {html.escape(Path(run_dir).name)}</title>
+    path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {shown(Path(run_dir).name)}</title>
 <style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;
 overflow-x:auto;white-space:pre-wrap}} section{{border-top:1px solid #ccc;margin-top:1.5em}} .msg.assistant pre{{background:#eef5ff}}
 img{{max-width:100%}} th{{text-align:left;padding-right:1em}}</style></head><body>
-<h1>spade run {html.escape(Path(run_dir).name)}</h1>{isolation}<p>{len(metrics)} steps &middot; {len(samples)} generated environments &middot; {len(rejected)} rejected attempts</p>
+<h1>spade run {shown(Path(run_dir).name)}</h1>{isolation}<p>{len(metrics)} steps &middot; {len(samples)} generated environments &middot; {len(rejected)} rejected attempts</p>
 {last_step_html(metrics[-1] if metrics else {})}<img src="curriculum.png" alt="curriculum plots">
 <h1>Generated environments</h1>{body}{rejected_html(rejected)}{plays_html(plays)}</body></html>""")
 
@@ -307,7 +316,7 @@ def sandbox_line(run_dir):
     if not isinstance(isolation, str):
         return ""
     style = ' style="color:#b00;font-weight:bold"' if "MISSING" in isolation else ""
-    return f"<p{style}>sandbox: {html.escape(isolation)}</p>"
+    return f"<p{style}>sandbox: {shown(isolation)}</p>"
 
 
 def main(argv=None):

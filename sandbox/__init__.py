@@ -61,10 +61,10 @@ What each child gets (protected against):
   observation with lone surrogates replaced, a finite float reward, where an exact integer too large
   for a float is refused too, bool flags, a flat JSON info, tool schemas at most 32 deep). Any of it
   wrong is SandboxError("output"), never another exception; its message, which may quote the
-  environment, has its control characters escaped (`printable`), for the terminal and the log. A
-  play's step() clips the reward to the gate's range, REWARD_RANGE: the gate probes three actions, a
-  play may meet any reward. The agent cuts what can no longer fit a play's context before it is
-  tokenised or kept, tool calls included (chat.chars_per_token).
+  environment, has its control and bidirectional characters escaped (`printable`), for the terminal,
+  the log and the report. A play's step() clips the reward to the gate's range, REWARD_RANGE: the gate
+  probes three actions, a play may meet any reward. The agent cuts what can no longer fit a play's
+  context before it is tokenised or kept, tool calls included (chat.chars_per_token).
 - the parent's sends: MSG_NOSIGNAL, so a child that shuts its socket's reading side is an error, never
   SIGPIPE, whatever the process embedding the trainer does with that signal.
 - the gate's two processes (gate.py) start side by side, each in a slot of its own, as a game's plays
@@ -98,7 +98,8 @@ start, `summary()` gives the run's header the same line, and the others still ho
 the child also sees the host's /dev (its ptys among it) and, where the interpreter lives in a closed
 home, cannot import what the fork server did not; where the jail, the namespaces and a uid of its own
 are all missing, the sandbox refuses to start (environment code would run as the trainer's user,
-beside it), unless SPADE_UNSAFE_SANDBOX=1.
+beside it), unless SPADE_UNSAFE_SANDBOX=1. What the trainer itself reads from outside (a run directory
+to resume, a pool folder, a corpus) is data by other means: the README's "What a run trusts".
 
 Every failure raises SandboxError with .kind in {"load", "contract", "timeout", "memory",
 "crash", "output"}; after it the child is dead and reaped and .alive is False. The agent ends the

@@ -456,18 +456,53 @@ def plain_messages(messages, special_tokens):
     return [m if m["role"] == "assistant" else {**m, "content": plain(m["content"], special_tokens)} for m in messages]
 
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+# Control characters (C0, DEL, C1) and the bidirectional controls (embeddings, overrides, isolates, marks):
+# the second kind leaves text in the order it runs but shows it to a person in another one.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+_CONTROL_BUT_LINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
 
 
-def printable(text):
-    r"""`text` with every control character (C0, DEL, C1: ESC and CSI among them, newlines too) written
-    as its escape, for a terminal or a log: what an environment wrote cannot then erase or forge a
-    line, move the cursor or retitle the terminal.
+def printable(text, lines=False):
+    r"""`text` with every control character (C0, DEL, C1: ESC and CSI among them, newlines too unless
+    `lines`, which keeps newlines and tabs for a page of code) and every bidirectional control written as
+    its escape, for a terminal, a log or a report: what an environment or a file wrote cannot then erase
+    or forge a line, move the cursor, retitle the terminal, or show code in an order it does not run in.
 
     >>> print(printable("ok\x1b[2J\nstep 9"))
     ok\x1b[2J\nstep 9
+    >>> print(printable("if x:\n    go(\u202e1)", lines=True))
+    if x:
+        go(\u202e1)
     """
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+    return (_CONTROL_BUT_LINES if lines else _CONTROL).sub(lambda m: repr(m.group())[1:-1], text)
+
+
+MAX_FILE_JSON_DEPTH = 64
+
+
+def read_json(text, max_depth=MAX_FILE_JSON_DEPTH):
+    """The JSON value of `text` (str or UTF-8 bytes) from outside the trainer (a file, a line of one, a
+    block of a reply), or ValueError: malformed, not UTF-8, an integer past Python's 4,300 digits, and
+    nesting deeper than `max_depth` (which would raise RecursionError here or in whatever walks it).
+
+    >>> read_json('{"a": [1]}')
+    {'a': [1]}
+    >>> read_json("[" * 65 + "]" * 65)
+    Traceback (most recent call last):
+    ValueError: JSON nested deeper than 64
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:   # deeper than the parser's stack
+        raise ValueError(f"JSON nested deeper than {max_depth}") from None
+    level, depth = [value], 0
+    while level:   # level by level, never recursing: linear in the value's size
+        depth += 1
+        if depth > max_depth:
+            raise ValueError(f"JSON nested deeper than {max_depth}")
+        level = [v for x in level if type(x) in (dict, list) for v in (x.values() if type(x) is dict else x)]
+    return value
 
 
 def clean_json(value, what, depth=0):
