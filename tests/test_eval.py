@@ -289,16 +289,16 @@ def test_reasoning_gym_hard_scoring():
     problems, skipped = reasoning_gym_hard.build_problems(small, episodes=2, tasks_per_bucket=None)
     assert skipped == [] and [p.id for p in problems] == ["basic_arithmetic/0", "basic_arithmetic/1", "spell_backward/0", "spell_backward/1"]
     for problem in problems:
-        entry = problem.reference[3]
+        entry = problem.reference.entry
         assert reasoning_gym_hard.score(problem.reference, f"thinking...\n<answer>{entry['answer']}</answer>")[1] == 1.0
         assert reasoning_gym_hard.score(problem.reference, "<answer>certainly not this</answer>")[1] == 0.0
-        assert reasoning_gym_hard.score(problem.reference, entry["answer"])[:2] == (None, 0.0)  # no tags, no answer
-    assert problems[0].reference[3] != problems[1].reference[3]  # episode i is item i: different problems
+        assert reasoning_gym_hard.score(problem.reference, entry["answer"])[:2] == (None, 0.0)  # no tags, no box
+    assert problems[0].reference.entry != problems[1].reference.entry  # two draws from the pool
 
 
-def test_reasoning_gym_unbuilt_episodes_count_as_losses(monkeypatch, capsys):
-    """A task this reasoning-gym cannot build stays in its bucket's denominator as losses: one
-    right answer out of two episodes (the other never built) is a win rate of 0.5, not 1.0."""
+def test_reasoning_gym_unbuilt_episodes_are_left_out(monkeypatch, capsys):
+    """A task this reasoning-gym cannot build is left out of its bucket's denominator, as the
+    official evaluator leaves out an episode that raises: one right answer of one built episode is 1.0."""
     from infra.models import tiny_model
     _, tokenizer = tiny_model()
     split = reasoning_gym_hard.load_split()
@@ -306,15 +306,15 @@ def test_reasoning_gym_unbuilt_episodes_count_as_losses(monkeypatch, capsys):
            "hard_configs": {**split["hard_configs"], "no_such_task": {}}}
     problems, failed = reasoning_gym_hard.build_problems(bad, episodes=1, tasks_per_bucket=None)
     assert [p.id for p in problems] == ["syllogism/0"]
-    assert [(row["problem_id"], row["bucket"], row["score"]) for row in failed] == [("no_such_task/0", "Logic", 0.0)]
+    assert [(row["problem_id"], row["bucket"], row["score"]) for row in failed] == [("no_such_task/0", "Logic", None)]
     assert failed[0]["detail"].startswith("not built: ")
-    entry = problems[0].reference[3]
+    entry = problems[0].reference.entry
     engine = ScriptedEngine(tokenizer, {entry["question"]: [f"<answer>{entry['answer']}</answer>"]})
     monkeypatch.setattr(reasoning_gym_hard, "load_split", lambda: bad)
     result = reasoning_gym_hard.evaluate(engine, tokenizer, Options(samples=1, batch_size=4))
-    assert result["columns"] == {"RG-Logic": 50.0} and result["metrics"]["unbuilt"] == ["no_such_task/0"]
-    assert [row["score"] for row in result["samples"]] == [1.0, 0.0]
-    assert "1 episode(s) this reasoning-gym cannot build count as losses" in capsys.readouterr().out
+    assert result["columns"] == {"RG-Logic": 100.0} and result["metrics"]["left_out"] == ["no_such_task/0"]
+    assert [row["score"] for row in result["samples"]] == [1.0, None]
+    assert "1 episode(s) this reasoning-gym cannot build are left out" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------- BFCL
