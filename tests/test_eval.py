@@ -180,12 +180,10 @@ def test_gpqa_letter_extraction():
     assert gpqa.score("C", "Therefore, the answer is C.")[1] == 1.0
     assert gpqa.score("C", "the answer is a bit subtle, so \\boxed{B}")[1] == 0.0
     assert gpqa.score("C", "no letter at all") == (None, 0.0, "")
-    # the forms models also write: bold, parenthesised, a colon after "answer is"
-    assert gpqa.extract_letter("so \\boxed{\\textbf{B}}") == "B"
-    assert gpqa.extract_letter("hence \\boxed{(C)}.") == "C"
-    assert gpqa.extract_letter("\\boxed{\\text{(A)}}") == "A"
-    assert gpqa.extract_letter("The answer is: B") == "B"
-    assert gpqa.extract_letter("The answer is: a subtle one") is None  # a lowercase word is not a letter
+    # as the official driver: only a bare capital in the box, the first statement, any case
+    assert gpqa.extract_letter("so \\boxed{\\textbf{B}}") is None
+    assert gpqa.extract_letter("The answer is: B") is None
+    assert gpqa.extract_letter("the answer is a subtle one") == "A"
 
 
 def test_gpqa_options_shuffled_with_a_fixed_seed():
