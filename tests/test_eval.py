@@ -73,12 +73,16 @@ def test_aime_scores_the_last_box_with_math_verify():
     assert aime.score("55", "first \\boxed{50}, then rechecking: \\boxed{55}") == ("55", 1.0, "")
     assert aime.score("55", "\\boxed{55} no wait \\boxed{56}")[1] == 0.0
     assert aime.score("24", "The answer is 24.")[1] == 0.0  # no box, no credit
-    assert aime.score("24", "\\boxed{\\dfrac{48}{2}}")[1] == 1.0  # math-verify, not string equality
+    assert aime.score("24", "\\boxed{48/2}")[1] == 1.0  # math-verify, not string equality
+    assert aime.score("24", "\\boxed{\\dfrac{48}{2}}")[1] == 0.0  # the official box holds no braces
 
 
-def test_aime_runs_the_avg32_configuration_of_the_paper_column():
-    assert aime.NUM_SAMPLES == 32
-    assert aime.SETTINGS == SamplingParams(temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=32768)
+def test_aime_runs_the_avg32_configuration_of_the_paper_column_and_offers_the_offline_one():
+    assert aime.SAMPLINGS["avg32"] == (32, SamplingParams(temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=32768))
+    assert aime.SAMPLINGS["offline"] == (64, SamplingParams(temperature=1.0, top_p=0.95, top_k=20, max_new_tokens=32768))
+    assert run.options_from(run.parse_args(["--model", "tiny", "--suite", "games"]), on_gpu=True).aime_sampling == "avg32"
+    args = run.parse_args(["--model", "tiny", "--suite", "games", "--aime-sampling", "offline"])
+    assert run.options_from(args, on_gpu=True).aime_sampling == "offline"
 
 
 def test_aime_jsonl_both_formats_and_a_malformed_line(capsys):
