@@ -272,7 +272,8 @@ def test_bfcl_parsing_is_linear_and_never_raises():
     assert finishes(bfcl_advances, ["<tool_call>" + " " * BIG, "<tool_call>\n" * (BIG // 12),
                                     "<tool_call>\n" + "[" * BIG + "\n</tool_call>",
                                     "<tool_call>\n" + '{"name": "ls", "arguments": ' + "[" * BIG + "\n</tool_call>",
-                                    "</think>" * (BIG // 8)])
+                                    "</think>" * (BIG // 8), call("cd", {"folder": "a" + " " * BIG + "("}),
+                                    call("cd", {"folder": "a (" * (BIG // 3)})])
 
 
 # ---------------------------------------------------------------------------------------- tau2, ACEBench
