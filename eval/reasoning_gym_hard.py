@@ -20,8 +20,9 @@ top_p 0.8, top_k 20, 8192 new tokens, win = score >= 1 - 1e-9. As the official G
 
 Containment: some scorers `eval` the answer or parse it with `sympy.parse_expr` (which evaluates
 it). Those tasks (`SANDBOXED`) are scored in `sandbox.EnvSandbox`, one sandbox per answer, never in
-this process; a sandbox that times out or dies is a loss (the official has no limit). Not here: a
-second turn (the official allows two, but the environment ends every episode after one).
+this process; a sandbox that times out or dies is a loss (the official has no limit). One turn per
+episode, as officially: the configuration allows two, but the environment ends an episode at its
+first answer.
 """
 
 import json
@@ -196,7 +197,10 @@ def score_in_sandbox(episode: Episode, answer: str | None) -> tuple[float | None
         return 0.0, f"sandbox {e.kind}: {e.message[:200]}"
     if verdict != "scored":
         return None, f"score_answer raised {info.get('error')}"
-    return float(info["score"]), ""
+    try:  # the answer ran in there and may have forged the reply: a score that is not a number is a loss
+        return float(info["score"]), ""
+    except (KeyError, TypeError, ValueError):
+        return 0.0, f"sandbox output: no score in {str(info)[:200]}"
 
 
 def score_here(episode: Episode, answer: str | None) -> tuple[float | None, str]:
