@@ -10,8 +10,8 @@ never copied into this repository: the dataset's authors ask that it not be repu
 text. As the official driver: one `random.Random(42)` walks the rows in file order and shuffles each
 row's four options; the question and options go into the prompt as they are (untrimmed); the prompt
 asks for `\\boxed{LETTER}`; T 0.7, top_p 0.95, 32768 new tokens. The official driver sends no top_k,
-so the server applies the model's `generation_config.json` default: 20 for the Qwen3 models of the
-paper, which is what we sample with.
+so its SGLang server fills it from the model's `generation_config.json`: 20 for the Qwen3 models of
+the paper, which is what we sample with.
 
 Extraction (`extract_letter`): the last `\\boxed{X}` with X a capital A-D and nothing else inside,
 else the first "answer is X" / "Answer: X" (any case, the letter too), else None.
