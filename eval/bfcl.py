@@ -4,22 +4,30 @@ execution backend and checker.
 
     python -m eval.run --model Qwen3-4B --suite tool_use --benchmarks bfcl_multi_turn
 
-What the package's loader and its Qwen function-calling handler do, we redo here: the involved
-classes' function docs with BFCL's Python hint (`function_docs`), tools rendered by the model's chat
-template, calls read from `<tool_call>` JSON (`decode_calls`), at most 20 steps per turn (past that
-the entry is force-terminated and fails), greedy decoding, 4096 new tokens per step. Miss Func's
-held-out functions return as BFCL's prompting path returns them (`start_turn`).
+What the package's loader and its Qwen function-calling handler (the official run's
+`Qwen/Qwen3-4B-Instruct-2507-FC`) do, we redo here: the involved classes' function docs with BFCL's
+Python hint (`function_docs`); the prompt the handler writes by hand (`bfcl_prompt`: the docs as JSON
+lines in the system turn, reasoning kept inside the current turn, tool results as user turns); calls
+read from `<tool_call>\n...\n</tool_call>` JSON after the reasoning (`decode_step`: a block
+without "name" or "arguments" ends the turn, as the handler's decoding raises there); at most 20
+steps per turn (past that the entry is force-terminated and fails); greedy decoding, 4096 new tokens
+per step. Miss Func's held-out functions return as BFCL's prompting path returns them (`start_turn`).
+
+One difference is ours: BFCL `eval`s the call strings it builds from model output, so a call named
+`__import__('os').system` or `open` runs. We hand its backend only calls that cannot run anything
+but an API method (`call_string`); any other gets an error result, is not scored, and the turn goes
+on. Unknown plain names still reach the backend and get its own error text.
 
 `--turns N` (1 in the CPU smoke run) plays each entry's first N user turns only and scores them
 against those turns' ground truth: a check that the loop runs, not BFCL's score.
 """
 
+import builtins
 import copy
 import importlib
 import importlib.resources
 import inspect
 import json
-import re
 import uuid
 from dataclasses import dataclass, field
 
@@ -34,13 +42,20 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
 from backend.engine import SamplingParams
-from eval.common import chat_prompt, first, generate_texts, percent, sampling
+from eval.common import first, generate_texts, percent, sampling
 
 SETTINGS = SamplingParams(temperature=0.0, max_new_tokens=4096)
 CATEGORIES = {"multi_turn_base": "BFCL Base", "multi_turn_miss_func": "BFCL MissFunc",
               "multi_turn_miss_param": "BFCL MissParam", "multi_turn_long_context": "BFCL LongCtx"}
 PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+OPEN_CALL, CLOSE_CALL = "<tool_call>\n", "\n</tool_call>"
+REFUSED_BY_BFCL = {"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"}  # before its eval
+# BFCL's Qwen FC system prompt around the function docs: protocol text.
+TOOLS_HEADER = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
+                "with function signatures within <tools></tools> XML tags:\n<tools>")
+TOOLS_FOOTER = ('\n</tools>\n\nFor each function call, return a json object with function name and arguments within '
+                '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+                '<args-json-object>}\n</tool_call><|im_end|>\n')
 DATA = importlib.resources.files("bfcl_eval") / "data"
 
 
@@ -80,46 +95,144 @@ def callable_names(involved_classes: list[str]) -> set[str]:
     return names
 
 
-def decode_calls(text: str, allowed: set[str]) -> list[tuple[dict, str | None]]:
-    """The `<tool_call>` objects of a response, each with its call string for the backend, or None
-    where the name is not in `allowed` or an argument key is not an identifier. Blocks that are not a
-    JSON object are skipped, as BFCL's Qwen handler does.
+def thinking_split(response: str) -> tuple[str, str]:
+    """(reasoning, what follows it) as BFCL's Qwen handler splits a response at its last `</think>`.
 
-    BFCL `eval`s the call strings it builds from model output. We build them only from JSON
-    (identifier names and keys, JSON values via repr) and drop calls to names that are not public
-    methods of the involved API classes, so model text can never become arbitrary Python; such a
-    call gets the error the backend would have given, and the turn goes on (METHOD.md 11).
-
-    >>> decode_calls('<tool_call>\\n{"name": "cd", "arguments": {"folder": "doc"}}\\n</tool_call>', {"cd"})
-    [({'name': 'cd', 'arguments': {'folder': 'doc'}}, "cd(folder='doc')")]
-    >>> decode_calls('<tool_call>{"name": "open", "arguments": {"file": "x"}}</tool_call> <tool_call>oops</tool_call>', {"cd"})
-    [({'name': 'open', 'arguments': {'file': 'x'}}, None)]
+    >>> thinking_split("<think>\\nplan\\n</think>\\n\\nanswer"), thinking_split("answer")
+    (('plan', 'answer'), ('', 'answer'))
     """
-    decoded = []
-    for block in TOOL_CALL.findall(text):
+    if "</think>" not in response:
+        return "", response
+    head, _, tail = response.rpartition("</think>")
+    return head.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n"), tail.lstrip("\n")
+
+
+def tool_call_blocks(text: str) -> list:
+    """The JSON values of `<tool_call>\\n...\\n</tool_call>` blocks, those that parse, as BFCL's
+    pattern `<tool_call>\\n(.*?)\\n</tool_call>` finds them, in one pass (an opening with no closing
+    after it ends the search: no later opening has one either).
+
+    >>> tool_call_blocks('<tool_call>\\n{"name": "cd"}\\n</tool_call><tool_call>{"name": "ls"}</tool_call>')
+    [{'name': 'cd'}]
+    """
+    values, position = [], 0
+    while (start := text.find(OPEN_CALL, position)) != -1:
+        end = text.find(CLOSE_CALL, start + len(OPEN_CALL))
+        if end == -1:
+            break
         try:
-            call = json.loads(block)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(call, dict):
-            continue
-        name, arguments = call.get("name"), call.get("arguments", {})
+            values.append(json.loads(text[start + len(OPEN_CALL):end]))
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: skipped
+            pass
+        position = end + len(CLOSE_CALL)
+    return values
+
+
+def decode_step(text: str) -> list[tuple] | None:
+    """(name, arguments dict) of each call in a step's text after its reasoning, as BFCL's Qwen
+    handler decodes it, or None where its decoding raises (then the turn ends and the step is not
+    scored): a block that is not an object, one without "name" or "arguments", arguments that are not
+    an object (or a string holding one), a name that cannot be a dict key.
+
+    >>> decode_step('<tool_call>\\n{"name": "cd", "arguments": "{\\\\"folder\\\\": \\\\"a\\\\"}"}\\n</tool_call>')
+    [('cd', {'folder': 'a'})]
+    >>> decode_step('<tool_call>\\n{"name": "pwd"}\\n</tool_call>'), decode_step("no call")
+    (None, [])
+    """
+    calls = []
+    for value in tool_call_blocks(text):
+        if not isinstance(value, dict) or "name" not in value or "arguments" not in value:
+            return None
+        name, arguments = value["name"], value["arguments"]
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                continue
-        if not isinstance(name, str) or not isinstance(arguments, dict):
-            continue
-        safe = name in allowed and all(str(k).isidentifier() for k in arguments)
-        string = f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})" if safe else None
-        decoded.append(({"name": name, "arguments": arguments}, string))
-    return decoded
+            except (ValueError, RecursionError):
+                return None
+        if isinstance(name, (list, dict)) or not isinstance(arguments, dict):
+            return None
+        calls.append((name, arguments))
+    return calls
 
 
-def split_reasoning(text: str) -> str:
-    """What follows a thinking block, as BFCL's Qwen handler keeps it."""
-    return text.split("</think>")[-1].lstrip("\n")
+def call_string(name, arguments: dict, allowed: set[str]) -> str | None:
+    """The call string BFCL builds (`name(key=repr(value),...)`), or None where its `eval` could run
+    anything but a method of the API classes: only identifier names and keys, and a name that is a
+    method, one the backend refuses before `eval` (`exit`, `kill`, ...), or one its `eval` cannot
+    resolve (then BFCL's NameError text comes back). Values are JSON, so their reprs are literals.
+
+    >>> call_string("cd", {"folder": "doc"}, {"cd"}), call_string("teleport", {}, {"cd"})
+    ("cd(folder='doc')", 'teleport()')
+    >>> call_string("print", {}, {"cd"}), call_string("__import__('os').system", {}, {"cd"}), call_string("cd", {"a b": 1}, {"cd"})
+    (None, None, None)
+    """
+    if not (isinstance(name, str) and name.isidentifier() and all(str(k).isidentifier() for k in arguments)):
+        return None
+    unresolvable = name not in vars(multi_turn_utils) and not hasattr(builtins, name)
+    if name in allowed or name in REFUSED_BY_BFCL or unresolvable:
+        return f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"
+    return None
+
+
+def renderable(call) -> bool:
+    """Whether BFCL's prompt formatter can write this history tool call (else its next prompt raises)."""
+    if isinstance(call, dict) and "function" in call:
+        call = call["function"]
+    return isinstance(call, dict) and isinstance(call.get("name"), str) and "arguments" in call
+
+
+def render_calls(calls: list, content: str) -> str:
+    """The `<tool_call>` blocks BFCL's Qwen formatter writes after an assistant message's content: a
+    newline before each but a first one (and a copy of the first) when there is no content."""
+    out = ""
+    for call in calls:
+        if (call == calls[0] and content) or call != calls[0]:
+            out += "\n"
+        call = call["function"] if "function" in call else call
+        arguments = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
+        out += f'<tool_call>\n{{"name": "{call["name"]}", "arguments": {arguments}}}\n</tool_call>'
+    return out
+
+
+def render_assistant(message: dict, keep_reasoning: bool, last: bool) -> str:
+    """One assistant message as BFCL's Qwen formatter writes it: after the last user query, its
+    reasoning in a think block (always for the last message); before it, the content alone."""
+    content, reasoning = message["content"], message.get("reasoning_content") or ""
+    if not reasoning and "</think>" in content:
+        reasoning, content = thinking_split(content)
+    if keep_reasoning and (last or reasoning):
+        text = f"<think>\n{reasoning.strip(chr(10))}\n</think>\n\n{content.lstrip(chr(10))}"
+    else:
+        text = content
+    return f"<|im_start|>assistant\n{text}{render_calls(message.get('tool_calls') or [], content)}<|im_end|>\n"
+
+
+def bfcl_prompt(messages: list[dict], functions: list[dict]) -> str:
+    """The prompt text BFCL's Qwen FC handler builds by hand (not the model's chat template): the
+    functions as JSON lines in the system turn, assistant reasoning kept after the last user query,
+    consecutive tool results in one user turn."""
+    text = ""
+    if functions:
+        system = messages[0]["content"] + "\n\n" if messages and messages[0]["role"] == "system" else ""
+        tools = "".join(f"\n{json.dumps(doc)}" for doc in functions)
+        text += f"<|im_start|>system\n{system}{TOOLS_HEADER}{tools}{TOOLS_FOOTER}"
+    elif messages and messages[0]["role"] == "system":
+        text += f"<|im_start|>system\n{messages[0]['content']}<|im_end|>\n"
+    last_query = next((i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "user"
+                       and isinstance(messages[i]["content"], str) and not (messages[i]["content"].startswith(
+                           "<tool_response>") and messages[i]["content"].endswith("</tool_response>"))), len(messages) - 1)
+    for i, message in enumerate(messages):
+        role = message["role"]
+        if role == "user" or (role == "system" and i != 0):
+            text += f"<|im_start|>{role}\n{message['content']}<|im_end|>\n"
+        elif role == "assistant":
+            text += render_assistant(message, i > last_query, i == len(messages) - 1)
+        elif role == "tool":
+            opens = i == 0 or messages[i - 1]["role"] != "tool"
+            closes = i == len(messages) - 1 or messages[i + 1]["role"] != "tool"
+            text += ("<|im_start|>user" if opens else "") + f"\n<tool_response>\n{message['content']}\n</tool_response>" \
+                + ("<|im_end|>\n" if closes else "")
+    return text + "<|im_start|>assistant\n"
 
 
 @dataclass
@@ -138,6 +251,7 @@ class Dialogue:
     responses: list = field(default_factory=list)  # [turn][step] -> response text
     decoded: list = field(default_factory=list)  # [turn][step] -> call strings (non-empty steps only)
     force_quit: bool = False
+    error: str = ""  # why BFCL's own loop would have raised on this entry (it then fails)
     done: bool = False
 
 
@@ -162,31 +276,43 @@ def start_turn(d: Dialogue):
 
 
 def advance(d: Dialogue, response: str):
-    """Apply one model response: run its calls (the turn goes on) or end the turn (no calls)."""
-    text = split_reasoning(response)
+    """Apply one model response as BFCL's Qwen handler does: the history keeps its reasoning and the
+    tool calls of the whole response; the calls after the reasoning run (the turn goes on), or,
+    where there are none or they do not decode, the turn ends."""
+    reasoning, text = thinking_split(response)
     d.responses[-1].append(text)
-    decoded = decode_calls(text, d.allowed)
-    d.messages.append({"role": "assistant", "content": "", "tool_calls": [call for call, _ in decoded]} if decoded
-                      else {"role": "assistant", "content": text})
-    if decoded:
-        strings = [string for _, string in decoded if string]
-        results = iter(execute_multi_turn_func_call(
-            strings, d.entry["initial_config"], d.entry["involved_classes"], d.model_name, d.entry["id"],
-            long_context="long_context" in d.category, is_evaL_run=False)[0] if strings else [])
-        for call, string in decoded:  # a refused call gets the error the backend would have given
-            content = next(results) if string else f"Error during execution: {call['name']!r} is not an available function"
-            d.messages.append({"role": "tool", "name": call["name"], "content": content})
-        if strings:
-            d.decoded[-1].append(strings)
+    history_calls = tool_call_blocks(response)
+    d.messages.append({"role": "assistant", "content": "" if history_calls else text, "reasoning_content": reasoning}
+                      | ({"tool_calls": history_calls} if history_calls else {}))
+    calls = decode_step(text)
+    if calls:
+        run_calls(d, calls)
         d.step += 1
         if d.step > MAXIMUM_STEP_LIMIT:  # BFCL force-quits the whole entry, which then fails
             d.force_quit = d.done = True
-        return
-    d.turn += 1
-    if d.turn == d.turns:
-        d.done = True
     else:
-        start_turn(d)
+        d.turn += 1
+        if d.turn == d.turns:
+            d.done = True
+        else:
+            start_turn(d)
+    if not d.done and not all(renderable(call) for call in history_calls):
+        d.error, d.done = "BFCL's prompt formatter raises on a tool call of the history", True
+
+
+def run_calls(d: Dialogue, calls: list[tuple]):
+    """Run one step's calls through BFCL's backend, in order, and add their results to the chat; a
+    call it would `eval` as arbitrary Python (`call_string` is None) is refused, with an error result."""
+    strings = [call_string(name, arguments, d.allowed) for name, arguments in calls]
+    safe = [string for string in strings if string]
+    results = iter(execute_multi_turn_func_call(
+        safe, d.entry["initial_config"], d.entry["involved_classes"], d.model_name, d.entry["id"],
+        long_context="long_context" in d.category, is_evaL_run=False)[0] if safe else [])
+    for (name, _), string in zip(calls, strings):
+        content = next(results) if string else f"Error during execution: {name!r} is not run: it is not an API method"
+        d.messages.append({"role": "tool", "name": string or str(name), "content": content})
+    if safe:
+        d.decoded[-1].append(safe)
 
 
 def score_entry(entry: dict, ground_truth: list, decoded: list, category: str, model_name: str) -> dict:
@@ -218,7 +344,7 @@ def play(engine, tokenizer, entries: list[dict], category: str, params: Sampling
         start_turn(d)
         dialogues.append(d)
     while live := [d for d in dialogues if not d.done]:
-        prompts = [chat_prompt(tokenizer, d.messages, tools=d.functions) for d in live]
+        prompts = [tokenizer.encode(bfcl_prompt(d.messages, d.functions), add_special_tokens=False) for d in live]
         for d, generated in zip(live, generate_texts(engine, prompts, params, options)):
             advance(d, generated["response"])
     return dialogues
@@ -232,7 +358,8 @@ def evaluate(engine, tokenizer, options) -> dict:
         correct = 0
         for d in play(engine, tokenizer, entries, category, params, options):
             forget_instances(d.model_name)  # the inference-time instances; scoring replays from scratch
-            verdict = score_entry(d.entry, truth[d.entry["id"]][:d.turns], d.decoded, category, d.model_name)
+            verdict = ({"valid": False, "error_type": "multi_turn:inference_error", "error_message": d.error} if d.error
+                       else score_entry(d.entry, truth[d.entry["id"]][:d.turns], d.decoded, category, d.model_name))
             correct += verdict["valid"]
             rows.append({"problem_id": d.entry["id"], "category": category, "prompt": d.entry["question"],
                          "response": d.responses, "extracted": d.decoded, "score": float(verdict["valid"]),

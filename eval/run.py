@@ -58,6 +58,9 @@ def parse_args(argv=None):
     p.add_argument("--max-new-tokens", type=int, help=f"0 = each benchmark's own (default: own on GPU, {SMOKE['max_new_tokens']} on CPU)")
     p.add_argument("--turns", type=int, help=f"BFCL: the first N user turns of each entry, 0 = all (default: all on "
                    f"GPU, {SMOKE['turns']} on CPU)")
+    p.add_argument("--aime-sampling", choices=["avg32", "offline"], default="avg32",
+                   help="AIME: avg32 = 32 samples at T 0.7, top_p 0.8 (the paper's column, default); offline = the "
+                   "official offline driver's 64 at T 1.0, top_p 0.95")
     p.add_argument("--full", action="store_true", help="the benchmarks' own settings on CPU too (no smoke run)")
     p.add_argument("--batch-size", type=int, help="prompts per generate call (default: 32 on GPU, 8 on CPU)")
     p.add_argument("--seed", type=int, default=0)
@@ -96,7 +99,7 @@ def options_from(args, on_gpu: bool) -> Options:
               + "); --full gives the benchmarks' own settings")
     limit, samples, turns, max_new = (given[k] for k in ("limit", "samples", "turns", "max_new_tokens"))
     return Options(samples=samples, limit=limit or None, max_new_tokens=max_new or None, turns=turns or None,
-                   batch_size=args.batch_size or (32 if on_gpu else 8), seed=args.seed,
+                   batch_size=args.batch_size or (32 if on_gpu else 8), seed=args.seed, aime_sampling=args.aime_sampling,
                    paths={"aime2026": args.aime2026, "lcb": args.lcb_data, "gpqa": args.gpqa,
                           "tau2": args.tau2_data_dir, "acebench": args.acebench_dir},
                    endpoints={"agent": args.agent_endpoint, "agent_model": args.agent_model,

@@ -73,12 +73,16 @@ def test_aime_scores_the_last_box_with_math_verify():
     assert aime.score("55", "first \\boxed{50}, then rechecking: \\boxed{55}") == ("55", 1.0, "")
     assert aime.score("55", "\\boxed{55} no wait \\boxed{56}")[1] == 0.0
     assert aime.score("24", "The answer is 24.")[1] == 0.0  # no box, no credit
-    assert aime.score("24", "\\boxed{\\dfrac{48}{2}}")[1] == 1.0  # math-verify, not string equality
+    assert aime.score("24", "\\boxed{48/2}")[1] == 1.0  # math-verify, not string equality
+    assert aime.score("24", "\\boxed{\\dfrac{48}{2}}")[1] == 0.0  # the official box holds no braces
 
 
-def test_aime_runs_the_avg32_configuration_of_the_paper_column():
-    assert aime.NUM_SAMPLES == 32
-    assert aime.SETTINGS == SamplingParams(temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=32768)
+def test_aime_runs_the_avg32_configuration_of_the_paper_column_and_offers_the_offline_one():
+    assert aime.SAMPLINGS["avg32"] == (32, SamplingParams(temperature=0.7, top_p=0.8, top_k=20, max_new_tokens=32768))
+    assert aime.SAMPLINGS["offline"] == (64, SamplingParams(temperature=1.0, top_p=0.95, top_k=20, max_new_tokens=32768))
+    assert run.options_from(run.parse_args(["--model", "tiny", "--suite", "games"]), on_gpu=True).aime_sampling == "avg32"
+    args = run.parse_args(["--model", "tiny", "--suite", "games", "--aime-sampling", "offline"])
+    assert run.options_from(args, on_gpu=True).aime_sampling == "offline"
 
 
 def test_aime_jsonl_both_formats_and_a_malformed_line(capsys):
@@ -180,12 +184,10 @@ def test_gpqa_letter_extraction():
     assert gpqa.score("C", "Therefore, the answer is C.")[1] == 1.0
     assert gpqa.score("C", "the answer is a bit subtle, so \\boxed{B}")[1] == 0.0
     assert gpqa.score("C", "no letter at all") == (None, 0.0, "")
-    # the forms models also write: bold, parenthesised, a colon after "answer is"
-    assert gpqa.extract_letter("so \\boxed{\\textbf{B}}") == "B"
-    assert gpqa.extract_letter("hence \\boxed{(C)}.") == "C"
-    assert gpqa.extract_letter("\\boxed{\\text{(A)}}") == "A"
-    assert gpqa.extract_letter("The answer is: B") == "B"
-    assert gpqa.extract_letter("The answer is: a subtle one") is None  # a lowercase word is not a letter
+    # as the official driver: only a bare capital in the box, the first statement, any case
+    assert gpqa.extract_letter("so \\boxed{\\textbf{B}}") is None
+    assert gpqa.extract_letter("The answer is: B") is None
+    assert gpqa.extract_letter("the answer is a subtle one") == "A"
 
 
 def test_gpqa_options_shuffled_with_a_fixed_seed():
@@ -289,16 +291,16 @@ def test_reasoning_gym_hard_scoring():
     problems, skipped = reasoning_gym_hard.build_problems(small, episodes=2, tasks_per_bucket=None)
     assert skipped == [] and [p.id for p in problems] == ["basic_arithmetic/0", "basic_arithmetic/1", "spell_backward/0", "spell_backward/1"]
     for problem in problems:
-        entry = problem.reference[3]
+        entry = problem.reference.entry
         assert reasoning_gym_hard.score(problem.reference, f"thinking...\n<answer>{entry['answer']}</answer>")[1] == 1.0
         assert reasoning_gym_hard.score(problem.reference, "<answer>certainly not this</answer>")[1] == 0.0
-        assert reasoning_gym_hard.score(problem.reference, entry["answer"])[:2] == (None, 0.0)  # no tags, no answer
-    assert problems[0].reference[3] != problems[1].reference[3]  # episode i is item i: different problems
+        assert reasoning_gym_hard.score(problem.reference, entry["answer"])[:2] == (None, 0.0)  # no tags, no box
+    assert problems[0].reference.entry != problems[1].reference.entry  # two draws from the pool
 
 
-def test_reasoning_gym_unbuilt_episodes_count_as_losses(monkeypatch, capsys):
-    """A task this reasoning-gym cannot build stays in its bucket's denominator as losses: one
-    right answer out of two episodes (the other never built) is a win rate of 0.5, not 1.0."""
+def test_reasoning_gym_unbuilt_episodes_are_left_out(monkeypatch, capsys):
+    """A task this reasoning-gym cannot build is left out of its bucket's denominator, as the
+    official evaluator leaves out an episode that raises: one right answer of one built episode is 1.0."""
     from backend.models import tiny_model
     _, tokenizer = tiny_model()
     split = reasoning_gym_hard.load_split()
@@ -306,15 +308,15 @@ def test_reasoning_gym_unbuilt_episodes_count_as_losses(monkeypatch, capsys):
            "hard_configs": {**split["hard_configs"], "no_such_task": {}}}
     problems, failed = reasoning_gym_hard.build_problems(bad, episodes=1, tasks_per_bucket=None)
     assert [p.id for p in problems] == ["syllogism/0"]
-    assert [(row["problem_id"], row["bucket"], row["score"]) for row in failed] == [("no_such_task/0", "Logic", 0.0)]
+    assert [(row["problem_id"], row["bucket"], row["score"]) for row in failed] == [("no_such_task/0", "Logic", None)]
     assert failed[0]["detail"].startswith("not built: ")
-    entry = problems[0].reference[3]
+    entry = problems[0].reference.entry
     engine = ScriptedEngine(tokenizer, {entry["question"]: [f"<answer>{entry['answer']}</answer>"]})
     monkeypatch.setattr(reasoning_gym_hard, "load_split", lambda: bad)
     result = reasoning_gym_hard.evaluate(engine, tokenizer, Options(samples=1, batch_size=4))
-    assert result["columns"] == {"RG-Logic": 50.0} and result["metrics"]["unbuilt"] == ["no_such_task/0"]
-    assert [row["score"] for row in result["samples"]] == [1.0, 0.0]
-    assert "1 episode(s) this reasoning-gym cannot build count as losses" in capsys.readouterr().out
+    assert result["columns"] == {"RG-Logic": 100.0} and result["metrics"]["left_out"] == ["no_such_task/0"]
+    assert [row["score"] for row in result["samples"]] == [1.0, None]
+    assert "1 episode(s) this reasoning-gym cannot build are left out" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------- BFCL

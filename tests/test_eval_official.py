@@ -1,0 +1,326 @@
+"""The official evaluators' verdicts on tricky outputs, suite by suite, and the three rules every
+suite keeps whatever the model writes: model text never runs outside the sandbox, and a reply of any
+size ends as that sample's failure in time linear in its length.
+
+The expected verdicts come from reading the official code (`eval_offline/` of the SPADE authors'
+repository, GEM's Reasoning Gym environment, BFCL's Qwen FC handler); the README's evaluation table
+says where we differ on purpose.
+"""
+
+import inspect
+import json
+import multiprocessing
+import re
+import time
+
+import pytest
+
+from eval import aime, bfcl, external, gpqa, reasoning_gym_hard
+from eval.common import Options, Unavailable
+
+BIG = 100_000  # characters of degenerate model output per parser
+SECONDS = 20.0  # generous: a linear parser needs milliseconds, the old patterns needed hours
+
+
+def finishes(function, *args, seconds=SECONDS) -> bool:
+    """Whether `function(*args)` returns, without raising, within `seconds` (in a forked child)."""
+    child = multiprocessing.get_context("fork").Process(target=function, args=args)
+    start = time.monotonic()
+    child.start()
+    child.join(seconds)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return False
+    return child.exitcode == 0 and time.monotonic() - start < seconds
+
+
+# ---------------------------------------------------------------------------------------- AIME
+
+
+AIME_VERDICTS = {  # response -> the official verdict for the answer 70
+    "\\boxed{70}": 1.0,
+    "\\boxed{ 70 }": 1.0,
+    "first \\boxed{70}, then \\boxed{\\frac{1}{2}}": 1.0,  # the box with braces is never matched
+    "\\boxed{\\dfrac{140}{2}}": 0.0,  # braces inside: no answer at all
+    "\\boxed{140/2}": 1.0,  # math-verify, not string equality
+    "The answer is 70.": 0.0,
+    "\\boxed{69} no: \\boxed{70}": 1.0,
+}
+
+
+def test_aime_verdicts_are_the_official_drivers():
+    assert {response: aime.score("70", response)[1] for response in AIME_VERDICTS} == AIME_VERDICTS
+
+
+def aime_extracts(texts):
+    for text in texts:
+        aime.last_boxed(text)
+
+
+def test_aime_extraction_is_linear():
+    assert finishes(aime_extracts, ["\\boxed{" * (BIG // 7), "\\boxed{" + "1" * BIG, "{" * BIG])
+
+
+# ---------------------------------------------------------------------------------------- GPQA
+
+
+GPQA_LETTERS = {  # response -> the letter the official driver reads
+    "\\boxed{C}": "C",
+    "\\boxed{A} then \\boxed{C}": "C",
+    "\\boxed{\\textbf{B}}": None,  # only a bare capital counts in a box
+    "\\boxed{(B)}": None,
+    "\\boxed{b}": None,
+    "The answer is B. On reflection, the answer is C.": "B",  # the first statement
+    "answer: c": "C",  # any case, the letter too
+    "THE ANSWER IS D": "D",
+    "The answer is: B": None,  # no colon after "answer is"
+    "the answer is a subtle one": "A",  # as officially: a lone "a" after "answer is" is a letter
+    "\\boxed{D} although the answer is A": "D",  # a box wins over a statement
+}
+
+
+def test_gpqa_letters_are_the_official_drivers():
+    assert {response: gpqa.extract_letter(response) for response in GPQA_LETTERS} == GPQA_LETTERS
+
+
+def test_gpqa_prompt_keeps_the_questions_text_as_it_is_and_samples_with_top_k_20():
+    row = {"Question": "Which gas?\n", "Correct Answer": " Nitrogen", "Incorrect Answer 1": "Argon ",
+           "Incorrect Answer 2": "Neon", "Incorrect Answer 3": "Xenon"}
+    [problem] = gpqa.shuffled_problems([row])
+    content = problem.messages[0]["content"]
+    assert content.startswith("Which gas?\n\n\nA. ") and f"{problem.reference}.  Nitrogen" in content
+    assert gpqa.SETTINGS.top_k == 20 and gpqa.SETTINGS.top_p == 0.95 and gpqa.SETTINGS.temperature == 0.7
+
+
+def gpqa_extracts(texts):
+    for text in texts:
+        gpqa.extract_letter(text)
+
+
+def test_gpqa_extraction_is_linear():
+    assert finishes(gpqa_extracts, ["The answer is" + " " * BIG, "answer is:" + " " * BIG + "*" * BIG,
+                                    "\\boxed{" + " " * BIG, "\\boxed{\\text{" + " (" * (BIG // 2)])
+
+
+# ---------------------------------------------------------------------------------------- Reasoning Gym
+
+
+def one_problem(task, episodes=1):
+    split = reasoning_gym_hard.load_split()
+    problems, failed = reasoning_gym_hard.build_problems({**split, "buckets": {"Math": [task]}}, episodes, None)
+    assert failed == []
+    return problems
+
+
+def test_reasoning_gym_prompt_is_one_user_message_asking_for_a_box_and_answer_tags():
+    [problem] = one_problem("gcd")
+    [message] = problem.messages
+    assert message["role"] == "user" and message["content"].startswith("Given a problem, your task is to answer")
+    assert "\n\nPut your final answer within \\boxed{}.\nOnce you have thought" in message["content"]
+    assert message["content"].endswith("strictly follow the format of the output/answer in that example.")
+
+
+def answer_of(problem):
+    return str(problem.reference.entry["answer"] if hasattr(problem.reference, "entry") else problem.reference[3]["answer"])
+
+
+RG_VERDICTS = {  # response around the right answer -> the official verdict
+    "<answer>{a}</answer>": 1.0,
+    "<ANSWER> {a} </Answer>": 1.0,  # tags in any case, the answer stripped
+    "so \\boxed{{{a}}}": 1.0,  # no tags: the last box
+    "<answer>0</answer> then \\boxed{{{a}}}": 0.0,  # tags first
+    "<answer>{a}</answer> and an unclosed <answer>": 1.0,
+    "\\boxed{{{a}}} and then \\boxed 0": 0.0,  # only the last \\boxed is looked at
+    "{a}": 0.0,
+}
+
+
+def test_reasoning_gym_extraction_is_the_official_environments():
+    [problem] = one_problem("gcd")
+    verdicts = {template: reasoning_gym_hard.score(problem.reference, template.format(a=answer_of(problem)))[1]
+                for template in RG_VERDICTS}
+    assert verdicts == RG_VERDICTS
+
+
+def test_reasoning_gym_an_episode_whose_scorer_raises_is_left_out(monkeypatch):
+    from reasoning_gym.factory import DATASETS
+    [problem] = one_problem("gcd")
+
+    def raising(self, answer, entry):
+        raise ValueError("scorer failed")
+
+    monkeypatch.setattr(DATASETS["gcd"][0], "score_answer", raising)
+    assert reasoning_gym_hard.score(problem.reference, "<answer>1</answer>")[1] is None
+    rows = [{"bucket": "Math", "score": 1.0}, {"bucket": "Math", "score": None}]
+    assert reasoning_gym_hard.bucket_win_rates(rows) == {"Math": 1.0}
+
+
+def test_every_scorer_that_evaluates_the_answer_is_scored_in_the_sandbox():
+    """Read reasoning-gym's scorers of the split: one that calls eval or sympy's parse_expr must be
+    in SANDBOXED (a new reasoning-gym release cannot slip one in)."""
+    from reasoning_gym.factory import DATASETS
+    split = reasoning_gym_hard.load_split()
+    evaluating = {task for bucket in split["buckets"].values() for task in bucket
+                  if re.search(r"\beval\(|parse_expr|sympify|\bexec\(", inspect.getsource(DATASETS[task][0].score_answer))}
+    read = {"number_sorting"}  # eval(entry["answer"]): the generator's own answer, never the model's
+    assert evaluating - read == {"binary_matrix", "n_queens", "spiral_matrix", "string_insertion", "countdown",
+                                 "intermediate_integration", "polynomial_multiplication", "puzzle24", "simple_integration"}
+    assert evaluating - read <= getattr(reasoning_gym_hard, "SANDBOXED", set())
+
+
+@pytest.mark.parametrize("task", ["spiral_matrix", "puzzle24"])  # eval(answer), sympy.parse_expr(answer)
+def test_an_answer_that_is_python_never_runs_in_the_evaluator(task, tmp_path):
+    marker = tmp_path / "pwned"
+    [problem] = one_problem(task)
+    reasoning_gym_hard.score(problem.reference, f"<answer>__import__('os').system('touch {marker}')</answer>")
+    assert not marker.exists()
+
+
+def rg_extracts(texts):
+    for text in texts:
+        reasoning_gym_hard.extract_answer(text)
+
+
+def test_reasoning_gym_extraction_is_linear():
+    assert finishes(rg_extracts, ["<answer>" * (BIG // 8), "<answer>" + " " * BIG, "\\boxed{" * (BIG // 7),
+                                  "<answer>" + "{" * BIG + "</answer>"])
+
+
+# ---------------------------------------------------------------------------------------- BFCL
+
+
+def dialogue(category="multi_turn_base", index=1):
+    entries, _ = bfcl.load_category(category)
+    entry = entries[index]
+    functions, held_out = bfcl.function_docs(entry)
+    d = bfcl.Dialogue(entry, category, functions, held_out, bfcl.callable_names(entry["involved_classes"]),
+                      "spade_test_official", len(entry["question"]))
+    bfcl.start_turn(d)
+    return d
+
+
+def call(name, arguments=None, newlines=True):
+    body = json.dumps({"name": name, **({} if arguments is None else {"arguments": arguments})})
+    return f"<tool_call>\n{body}\n</tool_call>" if newlines else f"<tool_call>{body}</tool_call>"
+
+
+class RecordingEngine:
+    """Answers from a script and keeps every prompt it was given, as text."""
+
+    def __init__(self, tokenizer, responses):
+        self.tokenizer, self.responses, self.prompts = tokenizer, list(responses), []
+
+    def generate(self, prompts, params):
+        from backend.engine import Completion
+        out = []
+        for prompt in prompts:
+            self.prompts.append(self.tokenizer.decode(prompt))
+            ids = self.tokenizer.encode(self.responses.pop(0) if self.responses else "", add_special_tokens=False)
+            out.append(Completion(ids, [0.0] * len(ids), "stop"))
+        return out
+
+
+def test_bfcl_keeps_the_reasoning_inside_a_turn_and_drops_it_after(monkeypatch):
+    from backend.models import tiny_model
+    _, tokenizer = tiny_model()
+    d = dialogue()
+    entry = d.entry
+    thinking = "<think>\nfirst list the files\n</think>\n\n" + call("ls", {})
+    engine = RecordingEngine(tokenizer, [thinking, "<think>\ndone\n</think>\n\nThe files are listed."])
+    monkeypatch.setattr(bfcl, "load_category", lambda category: ([entry], {entry["id"]: []}))
+    monkeypatch.setattr(bfcl, "CATEGORIES", {"multi_turn_base": "BFCL Base"})
+    bfcl.evaluate(engine, tokenizer, Options(batch_size=4, turns=2))
+    assert "<think>\nfirst list the files\n</think>" in engine.prompts[1]  # same turn: kept
+    assert "first list the files" not in engine.prompts[2] and "The files are listed." in engine.prompts[2]
+
+
+def test_bfcl_tool_calls_need_the_newlines_and_their_arguments():
+    d = dialogue()
+    bfcl.advance(d, call("ls", {}, newlines=False))  # no newline inside the tags: no call, the turn ends
+    assert d.turn == 1 and d.decoded[0] == []
+    d = dialogue()
+    bfcl.advance(d, call("pwd"))  # no "arguments": the handler's decoding raises, the turn ends
+    assert d.turn == 1 and d.decoded[0] == [] and d.messages[-1]["role"] == "user"
+
+
+def test_bfcl_an_unknown_function_gets_the_backends_error_text():
+    d = dialogue()
+    bfcl.advance(d, call("teleport", {"to": "mars"}))
+    assert d.messages[-1] == {"role": "tool", "name": "teleport(to='mars')",
+                              "content": "Error during execution: name 'teleport' is not defined"}
+    bfcl.advance(d, call("exit", {}))
+    assert d.messages[-1]["content"] == "Error during execution: Function call exit is not allowed."
+
+
+@pytest.mark.parametrize("name", ["__import__('os').system", "os.system", "print", "open"])
+def test_bfcl_a_call_named_like_code_is_refused_not_run(name, tmp_path):
+    """Our deliberate difference: BFCL would `eval` these. Refused, they get an error result."""
+    marker = tmp_path / "pwned"
+    d = dialogue()
+    bfcl.advance(d, call(name, {"command": f"touch {marker}", "file": str(marker), "mode": "w"}))
+    assert not marker.exists() and d.messages[-1]["role"] == "tool"
+    assert d.messages[-1]["content"].startswith("Error during execution: ")
+
+
+def bfcl_advances(texts):
+    for text in texts:
+        bfcl.advance(dialogue(), text)
+
+
+def test_bfcl_parsing_is_linear_and_never_raises():
+    assert finishes(bfcl_advances, ["<tool_call>" + " " * BIG, "<tool_call>\n" * (BIG // 12),
+                                    "<tool_call>\n" + "[" * BIG + "\n</tool_call>",
+                                    "<tool_call>\n" + '{"name": "ls", "arguments": ' + "[" * BIG + "\n</tool_call>",
+                                    "</think>" * (BIG // 8), call("cd", {"folder": "a" + " " * BIG + "("}),
+                                    call("cd", {"folder": "a (" * (BIG // 3)})])
+
+
+# ---------------------------------------------------------------------------------------- tau2, ACEBench
+
+
+class Stop(Exception):
+    pass
+
+
+def test_tau2_caps_the_user_simulator_at_2048_tokens(monkeypatch, tmp_path):
+    commands = []
+
+    def capture(command, cwd, env, what):
+        commands.append(command)
+        raise Stop
+
+    monkeypatch.setattr(external, "tau2_checks", lambda options: [])
+    monkeypatch.setattr(external, "run_harness", capture)
+    options = Options(paths={"tau2": str(tmp_path)}, endpoints={"agent": "http://a/v1", "agent_model": "policy",
+                                                               "user": "http://u/v1", "user_model": "gpt-4.1"})
+    with pytest.raises(Stop):
+        external.evaluate_tau2(None, None, options)
+    user_args = json.loads(commands[0][commands[0].index("--user-llm-args") + 1])
+    assert user_args == {"temperature": 0.0, "max_tokens": 2048, "api_base": "http://u/v1"}
+
+
+def test_acebench_refuses_a_clone_without_the_routing_patch_and_passes_the_served_name(monkeypatch, tmp_path):
+    data = tmp_path / "data_all" / "data_en"
+    data.mkdir(parents=True)
+    for category in external.ACE_CATEGORIES if hasattr(external, "ACE_CATEGORIES") else []:
+        (data / f"data_{category}.json").write_text("{}")
+    (tmp_path / "generate.py").write_text("")
+    monkeypatch.setattr(external, "endpoint_problem", lambda url, what: None)
+    options = Options(paths={"acebench": str(tmp_path)}, endpoints={"agent": "http://a/v1", "agent_model": "policy",
+                                                                    "user_model": "gpt-4o"})
+    with pytest.raises(Unavailable, match="not patched to route"):
+        external.evaluate_acebench(None, None, options)
+    (tmp_path / "model_inference").mkdir()
+    (tmp_path / "model_inference" / "apimodel_inference.py").write_text('os.getenv("ACEBENCH_AGENT_BASE_URL")')
+    envs = []
+
+    def capture(command, cwd, env, what):
+        envs.append(env)
+        raise Stop
+
+    monkeypatch.setattr(external, "run_harness", capture)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with pytest.raises(Stop):
+        external.evaluate_acebench(None, None, options)
+    assert envs[0]["ACEBENCH_SERVED_MODEL"] == "policy" and envs[0]["GPT_AGENT_API_KEY"] == "sk-test"
