@@ -346,6 +346,10 @@ def train(run):
     cfg, state = run.cfg, run.state
     for step in range(state["step"], cfg.steps):
         times, metrics, start = {}, {"step": step}, time.perf_counter()
+        # 0. The weight push wakes the engine, asleep since the last update and checkpoint (or the set-up):
+        #    those phases have its GPU memory (infra/plan.py).
+        with timer(times, "push"):
+            grpo.push_weights(run.model, run.gen)
         # 1. Design -> validate -> hints -> hinted plays, every R steps: the designer writes G environments
         #    from a corpus document and memory, the gate admits them, the policy writes a hint for each and
         #    plays it with the hint (R_hint, never trained). The epoch of the previous pool is now complete.
@@ -368,13 +372,13 @@ def train(run):
         if step == cfg.steps - 1:
             finished, state["epoch"] = finished + [state["epoch"]], None
         designer_batch = score_designer(run, finished, episodes)
-        # 5. One PPO-clip + TIS update on designer and agent samples together, then the weight push.
+        # 5. One PPO-clip + TIS update on designer and agent samples together, the engine asleep.
         trained = [] if cfg.no_designer_training else [sample for sample, _ in designer_batch]
         update = update_policy(run, trained + agent_samples, times)
         # 6. Memory records each new environment with its win rate and regret at its regen step (METHOD 8).
         if regen is not None:
             metrics.update(remember(run, regen, episodes, played, step))
-        # 7. Log one line; a checkpoint every N steps, at the end, and on Ctrl-C.
+        # 7. Log one line; a checkpoint every N steps, at the end, and on Ctrl-C, the engine still asleep.
         metrics.update(step_metrics(played, episodes, agent_samples, designer_batch, update, times, start))
         if not log_and_save(run, step, played, episodes, metrics):
             return False
@@ -521,19 +525,17 @@ def score_designer(run, finished, episodes):
 
 
 def update_policy(run, batch, times):
-    """One optimizer step on the whole batch (every rank passes all of it and trains on its share), then
-    the new weights go into the engine, which sleeps meanwhile."""
+    """One optimizer step on the whole batch (every rank passes all of it and trains on its share). The
+    engine sleeps from here to the next step's weight push."""
     import grpo
     with timer(times, "update"):
         run.gen.sleep()
         # The log-probs of the update are at train_temperature (1.0), not at the sampling temperature: the
         # TIS weight is then pi_T1 / pi_rollout(T 0.6), as officially (METHOD 7.2).
-        update = grpo.update(run.model, run.optimizer, batch, micro_token_budget=run.cfg.unflagged.micro_token_budget,
-                             temperature=run.cfg.unflagged.train_temperature,
-                             activation_checkpointing=run.device == "cuda",   # activations, not weights, fill a GPU
-                             kl_coef=run.cfg.kl_coef, ref_model=run.ref_model) if batch else {}
-        grpo.push_weights(run.model, run.gen)
-    return update
+        return grpo.update(run.model, run.optimizer, batch, micro_token_budget=run.cfg.unflagged.micro_token_budget,
+                           temperature=run.cfg.unflagged.train_temperature,
+                           activation_checkpointing=run.device == "cuda",   # activations, not weights, fill a GPU
+                           kl_coef=run.cfg.kl_coef, ref_model=run.ref_model) if batch else {}
 
 
 # --- 6. memory; 7. the log line and the checkpoint -------------------------------------------------

@@ -90,6 +90,10 @@ def set_up(cfg, setting):
     state = dict(step=0, pool=[], epoch=None, tracker=regret.LearningPotentialTracker(), order=[],
                  rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), lengths={},
                  rlve=rlve.Curriculum() if cfg.rlve else None)
+    # The engine sleeps until the loop's first weight push (spade.train): a resume makes the optimizer's
+    # state (zero gradients and a step, then the moments read) where the plan has room for it, not beside
+    # vLLM's share (infra/plan.py's phases).
+    gen.sleep()
     if checkpoint:
         state = restore(checkpoint, model, optimizer, memory, rank)
         log.rewind(state["step"])

@@ -132,3 +132,55 @@ def test_the_memory_bench_runs_at_a_tiny_size():
     assert [[cell.strip() for cell in row[:3]] for row in table] == [["tiny", "2", "update"],
                                                                      ["tiny", "2", "rollout (trainer)"]]
     assert all(0.5 < float(row[5]) < 2 for row in table), result.stdout
+
+
+class SleepyEngine:
+    """A test double of vLLM's side of the engine protocol around the in-process engine: it records its
+    sleeps, weight loads, wake-ups and generate calls (a run of them as one), and refuses to generate
+    while asleep."""
+    model = None   # a copy of its own: push_weights loads the weights into it
+
+    def __init__(self, model, tokenizer, events):
+        self.inner, self.events, self.asleep = engine.HFEngine(model, tokenizer), events, False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def sleep(self):
+        self.asleep = True
+        self.events.append("sleep")
+
+    def load_weights(self, named_tensors):
+        assert self.asleep and sum(1 for _ in named_tensors)
+        self.events.append("load_weights")
+
+    def wake_up(self):
+        self.asleep = False
+        self.events.append("wake_up")
+
+    def generate(self, prompts, params):
+        assert not self.asleep, "generate while asleep"
+        if self.events[-1:] != ["generate"]:
+            self.events.append("generate")
+        return self.inner.generate(prompts, params)
+
+
+def test_resume_and_checkpoint_happen_while_the_engine_sleeps(tmp_path, monkeypatch):
+    """The plan's resume and checkpoint phases have no vLLM beside them: the optimizer's state is made and
+    read, and every checkpoint gathered, between a sleep and the next weight push."""
+    from infra import checkpoint
+    events = []
+    monkeypatch.setattr(engine, "make_engine", lambda model, tokenizer, kind, **kw: SleepyEngine(model, tokenizer, events))
+    for module, name in ((run, "restore"), (spade, "save_checkpoint")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **kw: (
+            events.append(_name), _real(*a, **kw))[1])
+    out = str(tmp_path / "run")
+    fast = ["--model", "tiny", "--pool", str(ROOT / "envs"), "--num-envs", "1", "--plays-per-env", "2",
+            "--max-new-tokens", "8", "--max-turns", "2", "--save-every", "1"]
+    for argv in ([*fast, "--steps", "1", "--out", out], ["--resume", out, "--steps", "2"]):
+        cfg = spade.parse_config(argv)
+        spade.train(run.set_up(cfg, spade.SETTINGS[cfg.setting]))
+        checkpoint._LOCKS.pop().close()   # the run's claim, held for a process's life: the next run is another
+    step = ["load_weights", "wake_up", "generate", "sleep", "save_checkpoint"]
+    assert events == ["sleep", *step, "sleep", "restore", *step], events
