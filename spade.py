@@ -314,6 +314,9 @@ def main(argv=None):
     if argv[:1] == ["report"]:
         from infra import report
         return report.main(argv[1:])
+    if argv[:1] == ["plan"]:     # what such a run chooses on such GPUs, without them (infra/plan.py)
+        from infra import plan
+        return print(plan.main(argv[1:], parse_config, SETTINGS))
     if argv[:1] == ["config"]:   # the header such a run prints: every value under the layer that set it
         from infra.report import config_lines
         return print("\n".join(config_lines(parse_config(argv[1:]))))

@@ -92,7 +92,7 @@ class Simulation(TorchDispatchMode):
 
 
 def fake_update(name, gpus, tokens, kl_coef, moments):
-    """(peak bytes of a steady-state update, bytes the trainer keeps after it) per rank, simulated."""
+    """{phase: bytes per rank} of a run's phases on the trainer's side (`phases`), simulated."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from transformers import AutoModelForCausalLM
@@ -110,17 +110,16 @@ def fake_update(name, gpus, tokens, kl_coef, moments):
             if reference is not None:
                 reference.to_empty(device="cpu")
             optimizer = grpo.make_optimizer(model, moments=moments)
-            update_twice(model, reference, optimizer, config, gpus, tokens, kl_coef,
-                         between=lambda: setattr(simulation, "peak", simulation.now))
-            gc.collect()
-            return simulation.peak, simulation.now
+            meter = (lambda: setattr(simulation, "peak", simulation.now), lambda: simulation.peak, lambda: simulation.now)
+            return phases(model, reference, optimizer, config, gpus, tokens, kl_coef, meter, gather_each)
     finally:
         dist.destroy_process_group()
 
 
 def cuda_update(name, tokens, kl_coef, moments):
-    """The same on this process's GPU, for real, in a process group of one: (torch.cuda.max_memory_allocated
-    of the second update, torch.cuda.memory_allocated after it). bench/gpu_check.sh runs it."""
+    """The same on this process's GPU, for real, in a process group of one: torch.cuda.max_memory_allocated
+    of each phase, torch.cuda.memory_allocated after the update; the checkpoint's gather is models.full_state
+    itself. bench/gpu_check.sh runs it."""
     from infra.launch import free_port
     dist.init_process_group("nccl", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{free_port()}")
     try:
@@ -131,12 +130,41 @@ def cuda_update(name, tokens, kl_coef, moments):
         if reference is not None:
             reference.requires_grad_(False)
         optimizer = grpo.make_optimizer(model, moments=moments)
-        update_twice(model, reference, optimizer, model.config, 1, tokens, kl_coef,
-                     between=torch.cuda.reset_peak_memory_stats)
-        gc.collect()
-        return torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
+        meter = (torch.cuda.reset_peak_memory_stats, torch.cuda.max_memory_allocated, torch.cuda.memory_allocated)
+        return phases(model, reference, optimizer, model.config, 1, tokens, kl_coef, meter, models.full_state)
     finally:
         dist.destroy_process_group()
+
+
+def phases(model, reference, optimizer, config, gpus, tokens, kl_coef, meter, gather):
+    """A resumed run's phases in its order, each one's peak: the resume makes the optimizer's state as
+    checkpoint.load_optimizer does (torch.distributed.checkpoint's read into it aside: in place, from the
+    host); two updates (`update_twice`); what the trainer keeps after them (the rollout's share); and a
+    checkpoint's `gather` and optimizer state dict. `meter`: (start a window, its peak, bytes now)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+    start, peak, now = meter
+    out = {}
+    start()
+    set_optimizer_state_dict(model, optimizer, get_optimizer_state_dict(model, optimizer))
+    out["resume"] = peak()
+    update_twice(model, reference, optimizer, config, gpus, tokens, kl_coef, between=start)
+    out["update"] = peak()
+    gc.collect()
+    out["rollout (trainer)"] = now()
+    start()
+    state = gather(model), get_optimizer_state_dict(model, optimizer)
+    out["checkpoint"] = peak()
+    del state
+    return out
+
+
+def gather_each(model):
+    """The checkpoint's gather as get_model_state_dict(full_state_dict=True, cpu_offload=True) does it on a
+    GPU: each parameter whole (DTensor.full_tensor), copied to the host and dropped before the next. Not
+    the function itself: here a fake CPU tensor stands for a GPU one, so its host copies would count."""
+    for tensor in model.state_dict().values():
+        whole = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        del whole
 
 
 def update_twice(model, reference, optimizer, config, gpus, tokens, kl_coef, between):
@@ -168,14 +196,14 @@ def rows(names, gpu_counts, gpu_bytes, layers=None, max_context=32768, cuda=Fals
             # step does not run on fake tensors, and a fake tensor in host memory looks like one on the GPU).
             compared = plan.option(config, gpus, gpu_bytes, knobs, "fp32", False)
             start = time.perf_counter()
-            peak, kept = (cuda_update(name, compared.tokens, knobs.kl_coef, "fp32") if cuda else
-                          fake_update(name, gpus, compared.tokens, knobs.kl_coef, "fp32"))
+            measured = (cuda_update(name, compared.tokens, knobs.kl_coef, "fp32") if cuda else
+                        fake_update(name, gpus, compared.tokens, knobs.kl_coef, "fp32"))
             sim_name = name.removeprefix("random-")
-            for phase, planned, simulated in (("update", sum(compared.update.values()), peak),
-                                              ("rollout (trainer)", compared.trainer_kept, kept)):
-                out.append((name, gpus, phase, planned, simulated))
-                print(f"| {sim_name} | {gpus} | {phase} | {planned / GiB:.2f} | {simulated / GiB:.2f} | "
-                      f"{planned / simulated:.3f} |", flush=True)
+            planned = {**compared.phases, "rollout (trainer)": compared.trainer_kept}
+            for phase in ("update", "rollout (trainer)", "resume", "checkpoint"):
+                out.append((name, gpus, phase, planned[phase], measured[phase]))
+                print(f"| {sim_name} | {gpus} | {phase} | {planned[phase] / GiB:.2f} | {measured[phase] / GiB:.2f} | "
+                      f"{planned[phase] / measured[phase]:.3f} |", flush=True)
             verdict = f"refused: {chosen.problem}" if chosen.problem else f"plan: {chosen.summary()}"
             print(f"<!-- {sim_name} x{gpus} on {gpu_bytes / GiB:.1f} GiB GPUs, {verdict}; {what} in "
                   f"{time.perf_counter() - start:.0f} s -->", flush=True)

@@ -122,17 +122,11 @@ def memory_plan(cfg, setting, gpus, node_gpus=None, log=None):
         config = models.model_config(cfg.model)
     except models.ModelLoadError as e:
         raise SystemExit(f"spade.py: {e}") from None
-    fixed = cfg.unflagged
-    knobs = plan.Knobs(max_context=cfg.max_context, micro_token_budget=fixed.micro_token_budget, kl_coef=cfg.kl_coef,
-                       designer_max_tokens=fixed.designer_max_tokens, hint_max_tokens=fixed.hint_max_tokens,
-                       corpus_max_words=fixed.corpus_max_words, audit=setting.audit, num_envs=cfg.num_envs,
-                       plays_per_env=cfg.plays_per_env, hint_plays=fixed.hint_plays, engine=engine_kind(cfg, "cuda"),
-                       tp=cfg.tp)
+    knobs = plan.knobs_of(cfg, setting, engine_kind(cfg, "cuda"))
     card = torch.cuda.get_device_properties(0).total_memory
     chosen = plan.plan(config, gpus, card, knobs, node_gpus)
     if chosen.problem:
-        raise SystemExit(f"spade.py: {cfg.model} does not fit on {gpus} GPU{'s' * (gpus > 1)} of "
-                         f"{card / plan.GiB:.1f} GiB: {chosen.problem}")
+        raise SystemExit(plan.refusal(cfg.model, chosen))
     if log:
         log.print("memory plan: " + chosen.summary())
     return chosen

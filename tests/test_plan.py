@@ -184,3 +184,25 @@ def test_resume_and_checkpoint_happen_while_the_engine_sleeps(tmp_path, monkeypa
         checkpoint._LOCKS.pop().close()   # the run's claim, held for a process's life: the next run is another
     step = ["load_weights", "wake_up", "generate", "sleep", "save_checkpoint"]
     assert events == ["sleep", *step, "sleep", "restore", *step], events
+
+
+@pytest.mark.parametrize("name", ["Qwen3-4B", "Qwen3-8B", "Qwen3-30B-A3B"])
+def test_the_shipped_configs_are_the_shapes_the_bench_simulates(name):
+    """The paper's models' config.json (infra/configs/) read offline, of the shapes memory_bench.py runs."""
+    assert plan.shapes(models.model_config(name)) == plan.shapes(models.model_config(f"random-{name.lower()}"))
+
+
+def test_the_plan_on_demand_without_a_gpu(capsys):
+    """`spade.py plan` before renting a node: from the shipped configs, without a GPU or weights."""
+    spade.main(["plan", "--model", "Qwen3-30B-A3B", "--gpus", "8", "--gpu-gib", "80"])
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("Qwen3-30B-A3B on 8 GPUs of 80.0 GiB fits: ") and "vLLM tp " in table[0]
+    phases = {line[:24].strip(): float(line[24:36]) for line in table[2:]}
+    assert {"rollout", "update", "resume", "checkpoint", "first step's compile", "reserved"} <= set(phases)
+    assert max(phases.values()) + phases["reserved"] <= 80
+    with pytest.raises(SystemExit) as refused:   # METHOD 7.3's Qwen3-8B row (its KL reference) on one card
+        spade.main(["plan", "--model", "Qwen3-8B", "--gpu-gib", "80"])
+    assert "does not fit on 1 GPU of 80.0 GiB" in str(refused.value) and str(refused.value).endswith("it fits on 2 GPUs")
+    with pytest.raises(SystemExit) as unknown:
+        spade.main(["plan", "--model", "Qwen3-9B", "--gpus", "8"])
+    assert str(unknown.value).startswith("spade.py: unknown model 'Qwen3-9B'") and "\n" not in str(unknown.value)
