@@ -39,6 +39,9 @@ import grpo  # noqa: E402
 from infra import models, plan  # noqa: E402
 
 GiB = 2 ** 30
+# The plan's phases that no fake tensor runs, and why (their row's second column).
+UNMEASURED = {"rollout": "vLLM's share: not simulated", "KL reference's forward": "within the update's",
+              "first step's compile": "vLLM's graphs: not simulated; torchao's step: no fake tensors"}
 MODELS = {"random-qwen3-4b": 0.0, "random-qwen3-8b": 0.005, "random-qwen3-30b-a3b": 0.0}   # with their runs' KL
 
 
@@ -204,6 +207,8 @@ def rows(names, gpu_counts, gpu_bytes, layers=None, max_context=32768, cuda=Fals
                 out.append((name, gpus, phase, planned[phase], measured[phase]))
                 print(f"| {sim_name} | {gpus} | {phase} | {planned[phase] / GiB:.2f} | {measured[phase] / GiB:.2f} | "
                       f"{planned[phase] / measured[phase]:.3f} |", flush=True)
+            for phase in (p for p in planned if p not in measured):   # vLLM's share; in the update or at its start
+                print(f"| {sim_name} | {gpus} | {phase} | {planned[phase] / GiB:.2f} | {UNMEASURED[phase]} | |")
             verdict = f"refused: {chosen.problem}" if chosen.problem else f"plan: {chosen.summary()}"
             print(f"<!-- {sim_name} x{gpus} on {gpu_bytes / GiB:.1f} GiB GPUs, {verdict}; {what} in "
                   f"{time.perf_counter() - start:.0f} s -->", flush=True)

@@ -128,10 +128,11 @@ def test_the_memory_bench_runs_at_a_tiny_size():
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "memory_bench.py"), "--models", "tiny", "--gpus", "2",
                              "--max-context", "1024"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    table = [line.split("|")[1:-1] for line in result.stdout.splitlines() if line.startswith("| tiny ")]
-    assert [[cell.strip() for cell in row[:3]] for row in table] == [["tiny", "2", "update"],
-                                                                     ["tiny", "2", "rollout (trainer)"]]
-    assert all(0.5 < float(row[5]) < 2 for row in table), result.stdout
+    table = [[cell.strip() for cell in line.split("|")[1:-1]] for line in result.stdout.splitlines()
+             if line.startswith("| tiny ")]
+    assert [row[2] for row in table] == ["update", "rollout (trainer)", "resume", "checkpoint", "rollout",
+                                         "first step's compile"]
+    assert all(0.5 < float(row[5]) < 2 for row in table[:4]), result.stdout
 
 
 class SleepyEngine:
@@ -206,3 +207,22 @@ def test_the_plan_on_demand_without_a_gpu(capsys):
     with pytest.raises(SystemExit) as unknown:
         spade.main(["plan", "--model", "Qwen3-9B", "--gpus", "8"])
     assert str(unknown.value).startswith("spade.py: unknown model 'Qwen3-9B'") and "\n" not in str(unknown.value)
+
+
+def test_the_gpu_check_fits_ten_minutes_and_refuses_a_driver_older_than_cuda_13(tmp_path):
+    """bench/gpu_check.sh's own arithmetic: its steps' budgets (printed) sum under 600 s; and before any
+    step, a driver older than 580 (what CUDA 13 needs) is one sentence."""
+    script = str(ROOT / "bench" / "gpu_check.sh")
+    budget = subprocess.run(["bash", script, "--budget"], capture_output=True, text=True, timeout=30)
+    assert budget.returncode == 0, budget.stderr
+    steps, total = budget.stdout.strip().removeprefix("budget: ").removesuffix("s of 600s").split(" = ")
+    seconds = {name: int(value.removesuffix("s")) for name, value in (part.split() for part in steps.split(" + "))}
+    assert sum(seconds.values()) == int(total) <= 600
+    assert {"driver", "kernel_tests", "vllm_cycle", "memory_plan"} <= set(seconds)
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 550.54.15\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    old = subprocess.run(["bash", script], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")})
+    assert old.returncode == 1 and old.stdout.splitlines()[-1] == (
+        "gpu_check.sh: NVIDIA driver 550.54.15; torch 2.14.0+cu130 and vLLM 0.33 need CUDA 13, which needs driver "
+        "580 or newer")
