@@ -337,20 +337,18 @@ def train(run):
     """The self-play loop, one policy update a step, in the paper's order (METHOD.md 0). False when a
     Ctrl-C stopped it after a step (its checkpoint saved).
 
-    `run` comes from infra/run.py's `set_up`: the model, its engine `run.gen` and the sampling
-    `run.params` (agent and designer at --temperature, --top-p and --top-k; hints at T 0.3, top-p 0.9),
-    the KL reference, the optimizer, the corpus, the memory (seeded with the setting's seed environments
-    on a fresh run) and `run.state`, what a checkpoint keeps: the step, the pool (empty until the first
-    regen step), the open epoch (None until step 0's `new_pool` opens one), the blacklist, the RNGs and
-    the learning-potential tracker.
+    `run` comes from infra/run.py's `set_up`: the model, its engine `run.gen` (asleep until a step's push)
+    and `run.params` (agent and designer at --temperature, --top-p, --top-k; hints at T 0.3, top-p 0.9), the
+    KL reference, the optimizer, the corpus, the memory (seeded from the setting's seeds on a fresh run) and
+    `run.state`, what a checkpoint keeps: the step, the pool (empty until the first regen step), the open
+    epoch (None until step 0's `new_pool`), the blacklist, the RNGs and the learning-potential tracker.
     """
     import agent
     import grpo
     cfg, state = run.cfg, run.state
     for step in range(state["step"], cfg.steps):
         times, metrics, start = {}, {"step": step}, time.perf_counter()
-        # 0. The weight push wakes the engine, asleep since the last update and checkpoint (or the set-up):
-        #    those phases have its GPU memory (infra/plan.py).
+        # 0. The weight push wakes the engine, asleep through the update and checkpoint (infra/plan.py).
         with timer(times, "push"):
             grpo.push_weights(run.model, run.gen)
         # 1. Design -> validate -> hints -> hinted plays, every R steps: the designer writes G environments

@@ -2,17 +2,21 @@
 
     chosen = plan(models.model_config("Qwen3-8B"), gpus=8, gpu_bytes=torch.cuda.mem_get_info()[1], knobs=Knobs())
     chosen.problem or chosen.summary()     # one sentence why it does not fit, or what it chose
+    python spade.py plan --model Qwen3-30B-A3B --gpus 8 --gpu-gib 80   # the same before renting the GPUs
 
-Arithmetic on the config, milliseconds, before anything loads (infra/run.py). Two phases share a GPU:
+Arithmetic on the config, milliseconds, before anything loads (infra/run.py). vLLM is awake in one phase,
 the rollout, where the trainer keeps its fp32 master weights and optimizer moments (and the KL reference)
-while vLLM holds its bf16 weights (a 1/tp share), its runtime and its KV cache; and the update, where vLLM
-sleeps (level 2: it frees its weights and KV cache) and the trainer adds the gradients, the layers FSDP2
-gathers, the activations of the longest micro-batch and the output layer's buffers. The plan picks, in
-this order of preference, fp32 moments (as officially) before 8-bit ones, the KL reference on the GPU
-before in host memory, and the smallest tensor-parallel size whose weights take at most half of vLLM's
-share, among the divisors of a node's GPUs; vLLM's share is what the rollout leaves. On several nodes a
-node holds one sharded copy (hybrid sharding). Where nothing fits, `problem` names the smallest change
-that does. bench/memory_bench.py checks the update's bytes against the real update, simulated.
+while vLLM holds its bf16 weights (a 1/tp share), its runtime and its KV cache. It sleeps (level 2: its
+weights and KV cache freed) from each update to the next step's weight push, and from its start to the
+first push, so that the other phases have its memory: the update (the gradients, the layers FSDP2
+gathers, the activations of the longest micro-batch and the output layer's buffers; the KL reference's
+forward within it), a checkpoint (each parameter gathered whole) and a resume (the optimizer's state
+made by zero gradients and a step). `phase_bytes` gives each. The plan picks, in this order of
+preference, fp32 moments (as officially) before 8-bit ones, the KL reference on the GPU before in host
+memory, and the smallest tensor-parallel size whose weights take at most half of vLLM's share, among the
+divisors of a node's GPUs; vLLM's share is what the rollout leaves. On several nodes a node holds one
+sharded copy (hybrid sharding). Where nothing fits, `problem` names the smallest change that does.
+bench/memory_bench.py checks the update, resume and checkpoint against the real ones, simulated.
 Not modelled: vLLM's own runtime and the CUDA context (estimates: VLLM_RUNTIME, RESERVED), and the HF
 engine's KV cache (what is left).
 """

@@ -90,11 +90,7 @@ def set_up(cfg, setting):
     state = dict(step=0, pool=[], epoch=None, tracker=regret.LearningPotentialTracker(), order=[],
                  rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), lengths={},
                  rlve=rlve.Curriculum() if cfg.rlve else None)
-    # The engine sleeps until the loop's first weight push (spade.train): a resume makes the optimizer's
-    # state (zero gradients and a step, then the moments read) where the plan has room for it, not beside
-    # vLLM's share (infra/plan.py's phases).
-    gen.sleep()
-    if checkpoint:
+    if checkpoint:   # the engine asleep (load_trainer): the optimizer's state is made where the plan has room
         state = restore(checkpoint, model, optimizer, memory, rank)
         log.rewind(state["step"])
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
@@ -162,6 +158,9 @@ def load_trainer(cfg, checkpoint, device, world, step=0, chosen=None):
     gen = engine.make_engine(model, tokenizer, kind, **({"tp": tp, "seed": seed, **sizes} if kind == "vllm" else {}))
     gen = TensorParallelGroup(gen, tp, world) if kind == "vllm" and world > 1 else gen
     gen = RankAgreement(gen) if world > 1 else gen           # in lockstep, ranks must ask for the same prompts
+    # Asleep until spade.train's first weight push: a resume (set_up) makes the optimizer's state (zero
+    # gradients and a step, then the moments read) in vLLM's memory, not beside it (infra/plan.py's phases).
+    gen.sleep()
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     params = dict(agent=agent_params,
                   designer=dataclasses.replace(agent_params, max_new_tokens=cfg.unflagged.designer_max_tokens),
