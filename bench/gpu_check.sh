@@ -33,8 +33,9 @@
 # budget, time and exit code. With ~2 minutes of start-up that leaves time of the 15 for a rerun of the
 # steps that failed (`bash bench/gpu_check.sh NAME...`).
 #   bash bench/gpu_check.sh --budget   # the steps' budgets and their sum, without a GPU
-# What a lent device cannot check: vLLM unless its wheels are carried (no network there); several GPUs
-# (one is lent), so neither NCCL between ranks, tensor parallelism nor the plan's rows of 8; real weights.
+# What a lent device cannot check: vLLM (the image has none, and its wheels with torch 2.14's are more than
+# a call carries; the step says so in one sentence); several GPUs (one is lent), so neither NCCL between
+# ranks, tensor parallelism nor the plan's rows of 8; real weights.
 set -u
 
 DRIVER_MIN=580   # CUDA 13.0's (torch 2.14.0+cu130, vLLM 0.33's kernels); minor-version compatible from there
@@ -100,7 +101,7 @@ step cuda_tests "${PYTEST[@]}" tests/test_grpo.py tests/test_engine.py -k "(cuda
 if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
   step vllm_cycle "${PYTEST[@]}" tests/test_engine.py -k test_vllm_sleep_push_wake_cycle
 else
-  skip vllm_cycle "vLLM is not installed here (requirements-gpu.txt; carry its wheels to check it)"
+  skip vllm_cycle "vLLM is not installed here (requirements-gpu.txt installs it)"
 fi
 step memory_plan "$PY" bench/memory_bench.py --cuda --models random-qwen3-4b
 rm -rf "$RUN_DIR"
