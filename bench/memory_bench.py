@@ -207,8 +207,9 @@ def rows(names, gpu_counts, gpu_bytes, layers=None, max_context=32768, cuda=Fals
                 out.append((name, gpus, phase, planned[phase], measured[phase]))
                 print(f"| {sim_name} | {gpus} | {phase} | {planned[phase] / GiB:.2f} | {measured[phase] / GiB:.2f} | "
                       f"{planned[phase] / measured[phase]:.3f} |", flush=True)
-            for phase in (p for p in planned if p not in measured):   # vLLM's share; in the update or at its start
-                print(f"| {sim_name} | {gpus} | {phase} | {planned[phase] / GiB:.2f} | {UNMEASURED[phase]} | |")
+            # The run's own plan of the phases no fake tensor runs (none where it is refused: no vLLM sized)
+            for phase, value in ((p, v) for p, v in chosen.phases.items() if p not in measured and v):
+                print(f"| {sim_name} | {gpus} | {phase} | {value / GiB:.2f} | {UNMEASURED[phase]} | |")
             verdict = f"refused: {chosen.problem}" if chosen.problem else f"plan: {chosen.summary()}"
             print(f"<!-- {sim_name} x{gpus} on {gpu_bytes / GiB:.1f} GiB GPUs, {verdict}; {what} in "
                   f"{time.perf_counter() - start:.0f} s -->", flush=True)
