@@ -1,18 +1,21 @@
-"""The memory plan (infra/plan.py) against the real update simulated on this CPU, for Qwen3-4B, 8B and 30B-A3B.
+"""The memory plan (infra/plan.py) against a run's phases simulated on this CPU, for Qwen3-4B, 8B and 30B-A3B.
 
-    python bench/memory_bench.py                       # 3 models x 1 and 8 GPUs, a few minutes on 2 cores
+    python bench/memory_bench.py                       # 3 models x 1 and 8 GPUs, about 12 minutes on 2 cores
     python bench/memory_bench.py --models random-qwen3-4b --gpus 8 --layers 2     # a quick look
     python bench/memory_bench.py --cuda --models random-qwen3-4b   # measured on this GPU, planned for it
 
-Each row runs `grpo.update` twice, the way a GPU run does (the fused loss, packed rows, activation
-checkpointing, the KL reference where the run has one), on the model sharded by our own FSDP2 code
+Each model and GPU count runs a resumed run's phases in their order (`phases`): the resume (the optimizer's
+state made and set back as checkpoint.load_optimizer does), `grpo.update` twice the way a GPU run calls it
+(the fused loss, packed rows, activation checkpointing, the KL reference where the run has one), and a
+checkpoint's gather (each parameter whole, one at a time), on the model sharded by our own FSDP2 code
 (models.shard_model: fp32 master weights, bf16 compute) and stepped by grpo.make_optimizer with fp32
 moments, the plan's first option (torchao's compiled 8-bit step does not run on fake tensors: a row where
 the plan chose 8-bit moments compares its fp32 option, and the verdict line says what it chose),
 without allocating its memory: parameters made on the meta device get fake storage (torch's
 FakeTensorMode), the collectives go to a fake process group of `--gpus` ranks (sizes are per rank), and
-`Simulation` records the peak of the second update, when the optimizer's moments exist, and what the
-trainer keeps afterwards, while the engine generates. It counts live storages as torch's MemTracker does
+`Simulation` records the peak of each phase (of the update: the second, when the moments exist) and what
+the trainer keeps after the update, while the engine generates. The plan's other phases (vLLM's, the KL
+reference's forward, the first step's compile) follow as the plan has them. It counts live storages as torch's MemTracker does
 (storages resized in place included: FSDP2 frees and refills its gathered layers so); torch's
 FSDPMemTracker, built on it, cannot run the update, which reads values back to the host (the gradient
 norm, the stats) that fake tensors do not have (DataDependentOutputException): here they read as 0 and
