@@ -8,6 +8,7 @@
     python spade.py --resume out/<run>                # carry on from the last checkpoint
     python spade.py report out/<run>                  # plots + an HTML page of the curriculum
     python spade.py config --model Qwen3-8B           # every value such a run uses, and the layer that set it
+    python spade.py plan --model Qwen3-8B --gpus 8    # its memory plan on 8 GPUs, before renting them
 
 Top to bottom: the thirty knobs (`Config`), the values that have no flag (`Unflagged`), the settings and
 METHOD.md 7.3's per-run tables (data), the order they apply in (`layers`), then the loop (`train`) in the
@@ -191,7 +192,7 @@ def parse_config(argv):
     the layer that set it."""
     values, source = merge(layers({}))
     parser = argparse.ArgumentParser(
-        prog="spade.py", usage="python spade.py [--knob VALUE ...] | config [--knob VALUE ...] | report out/<run>",
+        prog="spade.py", usage="python spade.py [--knob VALUE ...] | config|plan [--knob VALUE ...] | report out/<run>",
         description=f"{__doc__.splitlines()[0]} Each knob's help ends with [the value a plain `python spade.py` "
                     f"uses, the layer that set it] (layers, each over those before it: "
                     f"{', '.join(name for name, _ in layers({}))}; METHOD.md 7.3). `python spade.py config "

@@ -15,11 +15,11 @@ without allocating its memory: parameters made on the meta device get fake stora
 FakeTensorMode), the collectives go to a fake process group of `--gpus` ranks (sizes are per rank), and
 `Simulation` records the peak of each phase (of the update: the second, when the moments exist) and what
 the trainer keeps after the update, while the engine generates. The plan's other phases (vLLM's, the KL
-reference's forward, the first step's compile) follow as the plan has them. It counts live storages as torch's MemTracker does
-(storages resized in place included: FSDP2 frees and refills its gathered layers so); torch's
-FSDPMemTracker, built on it, cannot run the update, which reads values back to the host (the gradient
-norm, the stats) that fake tensors do not have (DataDependentOutputException): here they read as 0 and
-size nothing. The micro-batch is one sample of the plan's longest (max(micro-batch budget, --max-context)
+reference's forward, the first step's compile) follow as the plan has them. It counts live storages as
+torch's MemTracker does (storages resized in place included: FSDP2 frees and refills its gathered layers
+so); torch's FSDPMemTracker, built on it, cannot run the update, which reads values back to the host (the
+gradient norm, the stats) that fake tensors do not have (DataDependentOutputException): here they read as
+0 and size nothing. The micro-batch is one sample of the plan's longest (max(micro-batch budget, --max-context)
 tokens). The shapes are the real ones (`random-qwen3-*`, models.RANDOM_SHAPES); the fake tensors are CPU
 ones standing for CUDA ones (compute/fused.py takes its CUDA branches for them). What it cannot simulate:
 vLLM (its weights, KV cache and runtime), the allocator's fragmentation and the CUDA context.
@@ -116,7 +116,8 @@ def fake_update(name, gpus, tokens, kl_coef, moments):
             if reference is not None:
                 reference.to_empty(device="cpu")
             optimizer = grpo.make_optimizer(model, moments=moments)
-            meter = (lambda: setattr(simulation, "peak", simulation.now), lambda: simulation.peak, lambda: simulation.now)
+            meter = (lambda: setattr(simulation, "peak", simulation.now), lambda: simulation.peak,
+                     lambda: simulation.now)
             return phases(model, reference, optimizer, config, gpus, tokens, kl_coef, meter, gather_each)
     finally:
         dist.destroy_process_group()

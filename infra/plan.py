@@ -160,7 +160,8 @@ def phase_bytes(config, gpus, tokens, kept, update, rollout, kl):
               "checkpoint": kept + 2 * whole}
     if kl:   # the reference's root and two layers gathered (bf16), one layer's no-grad forward, the sweep
         D = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        forward = 2 * tokens * (4 * config.hidden_size + 2 * D * config.num_attention_heads) + 4 * CHUNK_TOKENS * config.vocab_size
+        forward = (2 * tokens * (4 * config.hidden_size + 2 * D * config.num_attention_heads)
+                   + 4 * CHUNK_TOKENS * config.vocab_size)
         phases["KL reference's forward"] = kept + gradients + 2 * root + 2 * 2 * layer + forward
     phases["first step's compile"] = max(phases["rollout"], phases["update"])
     return phases
@@ -222,7 +223,8 @@ def option(config, gpus, gpu_bytes, knobs, moments, kl_on_cpu, node_gpus=None):
     worst = max(asleep, key=asleep.get)
     if asleep[worst] > usable:
         parts = f" ({_largest(update)})" if worst == "update" else ""
-        chosen.problem = f"the {worst} needs {asleep[worst] / GiB:.1f} GiB of the {usable / GiB:.1f} a GPU has for it{parts}"
+        chosen.problem = (f"the {worst} needs {asleep[worst] / GiB:.1f} GiB of the {usable / GiB:.1f} a GPU has "
+                          f"for it{parts}")
         return chosen
     P, _, _ = shapes(config)
     if knobs.engine == "hf":   # the trainer's model generates, gathered whole in bf16 where it fits
@@ -313,8 +315,9 @@ def main(argv, parse_config, settings):
 
 def describe(model, chosen):
     """The lines `spade.py plan` prints of a plan that fits."""
+    sequences = f"; at most {chosen.max_num_seqs} sequences at once" if chosen.max_num_seqs else ""
     lines = [f"{model} on {chosen.gpus} GPU{'s' * (chosen.gpus > 1)} of {chosen.gpu_bytes / GiB:.1f} GiB fits: "
-             f"{chosen.summary()}" + (f"; at most {chosen.max_num_seqs} sequences at once" if chosen.max_num_seqs else ""),
+             f"{chosen.summary()}{sequences}",
              f"{'phase':<24}{'GiB per GPU':>12}  what holds it"]
     lines += [f"{name:<24}{value / GiB:>12.1f}  {HOLDS[name]}" for name, value in chosen.phases.items()]
     lines.append(f"{'reserved':<24}{RESERVED / GiB:>12.1f}  the CUDA context, NCCL, vLLM asleep (an estimate)")

@@ -171,7 +171,8 @@ def test_resume_and_checkpoint_happen_while_the_engine_sleeps(tmp_path, monkeypa
     read, and every checkpoint gathered, between a sleep and the next weight push."""
     from infra import checkpoint
     events = []
-    monkeypatch.setattr(engine, "make_engine", lambda model, tokenizer, kind, **kw: SleepyEngine(model, tokenizer, events))
+    monkeypatch.setattr(engine, "make_engine", lambda model, tokenizer, kind, **kw: SleepyEngine(model, tokenizer,
+                                                                                                   events))
     for module, name in ((run, "restore"), (spade, "save_checkpoint")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **kw: (
@@ -203,7 +204,8 @@ def test_the_plan_on_demand_without_a_gpu(capsys):
     assert max(phases.values()) + phases["reserved"] <= 80
     with pytest.raises(SystemExit) as refused:   # METHOD 7.3's Qwen3-8B row (its KL reference) on one card
         spade.main(["plan", "--model", "Qwen3-8B", "--gpu-gib", "80"])
-    assert "does not fit on 1 GPU of 80.0 GiB" in str(refused.value) and str(refused.value).endswith("it fits on 2 GPUs")
+    sentence = str(refused.value)
+    assert "does not fit on 1 GPU of 80.0 GiB" in sentence and sentence.endswith("it fits on 2 GPUs")
     with pytest.raises(SystemExit) as unknown:
         spade.main(["plan", "--model", "Qwen3-9B", "--gpus", "8"])
     assert str(unknown.value).startswith("spade.py: unknown model 'Qwen3-9B'") and "\n" not in str(unknown.value)
