@@ -8,6 +8,7 @@
     python spade.py --resume out/<run>                # carry on from the last checkpoint
     python spade.py report out/<run>                  # plots + an HTML page of the curriculum
     python spade.py config --model Qwen3-8B           # every value such a run uses, and the layer that set it
+    python spade.py plan --model Qwen3-8B --gpus 8    # its memory plan on 8 GPUs, before renting them
 
 Top to bottom: the thirty knobs (`Config`), the values that have no flag (`Unflagged`), the settings and
 METHOD.md 7.3's per-run tables (data), the order they apply in (`layers`), then the loop (`train`) in the
@@ -191,7 +192,7 @@ def parse_config(argv):
     the layer that set it."""
     values, source = merge(layers({}))
     parser = argparse.ArgumentParser(
-        prog="spade.py", usage="python spade.py [--knob VALUE ...] | config [--knob VALUE ...] | report out/<run>",
+        prog="spade.py", usage="python spade.py [--knob VALUE ...] | config|plan [--knob VALUE ...] | report out/<run>",
         description=f"{__doc__.splitlines()[0]} Each knob's help ends with [the value a plain `python spade.py` "
                     f"uses, the layer that set it] (layers, each over those before it: "
                     f"{', '.join(name for name, _ in layers({}))}; METHOD.md 7.3). `python spade.py config "
@@ -314,6 +315,9 @@ def main(argv=None):
     if argv[:1] == ["report"]:
         from harness import report
         return report.main(argv[1:])
+    if argv[:1] == ["plan"]:     # what such a run chooses on such GPUs, without them (harness/plan.py)
+        from harness import plan
+        return print(plan.main(argv[1:], parse_config, SETTINGS))
     if argv[:1] == ["config"]:   # the header such a run prints: every value under the layer that set it
         from harness.report import config_lines
         return print("\n".join(config_lines(parse_config(argv[1:]))))
@@ -334,18 +338,20 @@ def train(run):
     """The self-play loop, one policy update a step, in the paper's order (METHOD.md 0). False when a
     Ctrl-C stopped it after a step (its checkpoint saved).
 
-    `run` comes from harness/setup.py's `set_up`: the model, its engine `run.gen` and the sampling
-    `run.params` (agent and designer at --temperature, --top-p and --top-k; hints at T 0.3, top-p 0.9),
-    the KL reference, the optimizer, the corpus, the memory (seeded with the setting's seed environments
-    on a fresh run) and `run.state`, what a checkpoint keeps: the step, the pool (empty until the first
-    regen step), the open epoch (None until step 0's `new_pool` opens one), the blacklist, the RNGs and
-    the learning-potential tracker.
+    `run` comes from harness/setup.py's `set_up`: the model, its engine `run.gen` (asleep until a step's push)
+    and `run.params` (agent and designer at --temperature, --top-p, --top-k; hints at T 0.3, top-p 0.9), the
+    KL reference, the optimizer, the corpus, the memory (seeded from the setting's seeds on a fresh run) and
+    `run.state`, what a checkpoint keeps: the step, the pool (empty until the first regen step), the open
+    epoch (None until step 0's `new_pool`), the blacklist, the RNGs and the learning-potential tracker.
     """
     import agent
     import grpo
     cfg, state = run.cfg, run.state
     for step in range(state["step"], cfg.steps):
         times, metrics, start = {}, {"step": step}, time.perf_counter()
+        # 0. The weight push wakes the engine, asleep through the update and checkpoint (harness/plan.py).
+        with timer(times, "push"):
+            grpo.push_weights(run.model, run.gen)
         # 1. Design -> validate -> hints -> hinted plays, every R steps: the designer writes G environments
         #    from a corpus document and memory, the gate admits them, the policy writes a hint for each and
         #    plays it with the hint (R_hint, never trained). The epoch of the previous pool is now complete.
@@ -368,13 +374,13 @@ def train(run):
         if step == cfg.steps - 1:
             finished, state["epoch"] = finished + [state["epoch"]], None
         designer_batch = score_designer(run, finished, episodes)
-        # 5. One PPO-clip + TIS update on designer and agent samples together, then the weight push.
+        # 5. One PPO-clip + TIS update on designer and agent samples together, the engine asleep.
         trained = [] if cfg.no_designer_training else [sample for sample, _ in designer_batch]
         update = update_policy(run, trained + agent_samples, times)
         # 6. Memory records each new environment with its win rate and regret at its regen step (METHOD 8).
         if regen is not None:
             metrics.update(remember(run, regen, episodes, played, step))
-        # 7. Log one line; a checkpoint every N steps, at the end, and on Ctrl-C.
+        # 7. Log one line; a checkpoint every N steps, at the end, and on Ctrl-C, the engine still asleep.
         metrics.update(step_metrics(played, episodes, agent_samples, designer_batch, update, times, start))
         if not log_and_save(run, step, played, episodes, metrics):
             return False
@@ -524,19 +530,17 @@ def score_designer(run, finished, episodes):
 
 
 def update_policy(run, batch, times):
-    """One optimizer step on the whole batch (every rank passes all of it and trains on its share), then
-    the new weights go into the engine, which sleeps meanwhile."""
+    """One optimizer step on the whole batch (every rank passes all of it and trains on its share). The
+    engine sleeps from here to the next step's weight push."""
     import grpo
     with timer(times, "update"):
         run.gen.sleep()
         # The log-probs of the update are at train_temperature (1.0; 0.7 for tool use with Qwen3-4B), not at
         # the sampling temperature: the TIS weight is then pi_train / pi_rollout, as officially (METHOD 7.2).
-        update = grpo.update(run.model, run.optimizer, batch, micro_token_budget=run.cfg.unflagged.micro_token_budget,
-                             temperature=run.cfg.unflagged.train_temperature,
-                             activation_checkpointing=run.device == "cuda",   # activations, not weights, fill a GPU
-                             kl_coef=run.cfg.kl_coef, ref_model=run.ref_model) if batch else {}
-        grpo.push_weights(run.model, run.gen)
-    return update
+        return grpo.update(run.model, run.optimizer, batch, micro_token_budget=run.cfg.unflagged.micro_token_budget,
+                           temperature=run.cfg.unflagged.train_temperature,
+                           activation_checkpointing=run.device == "cuda",   # activations, not weights, fill a GPU
+                           kl_coef=run.cfg.kl_coef, ref_model=run.ref_model) if batch else {}
 
 
 # --- 6. memory; 7. the log line and the checkpoint -------------------------------------------------

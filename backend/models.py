@@ -29,6 +29,7 @@ ALIASES = {
     "Qwen3-8B": "Qwen/Qwen3-8B",
     "Qwen3-4B": "Qwen/Qwen3-4B-Instruct-2507",
 }
+CONFIGS = Path(__file__).resolve().parent / "configs"   # ALIASES' config.json, as their hubs publish them
 # Real Qwen3 shapes for `random-<shape>[:layers]`: random weights, for measuring without downloads.
 RANDOM_SHAPES = {
     "qwen3-1.7b": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
@@ -209,8 +210,12 @@ def random_config(name: str, tokenizer):
 
 
 def model_config(name: str):
-    """The transformers config of a model, read without its weights (harness/plan.py sizes a run by it)."""
+    """The transformers config of a model, read without its weights (harness/plan.py sizes a run by it); the
+    paper's models' (ALIASES) from the copies in backend/configs/, so that a plan needs no network."""
     resolved = resolve_model_name(name)
+    shipped = {hub_id: alias for alias, hub_id in ALIASES.items()}.get(resolved)
+    if shipped:
+        return AutoConfig.from_pretrained(CONFIGS / shipped)
     if resolved in ("tiny", "tiny-moe"):
         return tiny_config(tiny_tokenizer(), moe=resolved == "tiny-moe")
     if resolved.startswith("random-"):

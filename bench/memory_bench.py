@@ -1,22 +1,25 @@
-"""The memory plan (harness/plan.py) against the real update simulated on this CPU, for Qwen3-4B, 8B and 30B-A3B.
+"""The memory plan (harness/plan.py) against a run's phases simulated on this CPU, for Qwen3-4B, 8B and 30B-A3B.
 
-    python bench/memory_bench.py                       # 3 models x 1 and 8 GPUs, a few minutes on 2 cores
+    python bench/memory_bench.py                       # 3 models x 1 and 8 GPUs, about 12 minutes on 2 cores
     python bench/memory_bench.py --models random-qwen3-4b --gpus 8 --layers 2     # a quick look
     python bench/memory_bench.py --cuda --models random-qwen3-4b   # measured on this GPU, planned for it
 
-Each row runs `grpo.update` twice, the way a GPU run does (the fused loss, packed rows, activation
-checkpointing, the KL reference where the run has one), on the model sharded by our own FSDP2 code
+Each model and GPU count runs a resumed run's phases in their order (`phases`): the resume (the optimizer's
+state made and set back as checkpoint.load_optimizer does), `grpo.update` twice the way a GPU run calls it
+(the fused loss, packed rows, activation checkpointing, the KL reference where the run has one), and a
+checkpoint's gather (each parameter whole, one at a time), on the model sharded by our own FSDP2 code
 (models.shard_model: fp32 master weights, bf16 compute) and stepped by grpo.make_optimizer with fp32
 moments, the plan's first option (torchao's compiled 8-bit step does not run on fake tensors: a row where
 the plan chose 8-bit moments compares its fp32 option, and the verdict line says what it chose),
 without allocating its memory: parameters made on the meta device get fake storage (torch's
 FakeTensorMode), the collectives go to a fake process group of `--gpus` ranks (sizes are per rank), and
-`Simulation` records the peak of the second update, when the optimizer's moments exist, and what the
-trainer keeps afterwards, while the engine generates. It counts live storages as torch's MemTracker does
-(storages resized in place included: FSDP2 frees and refills its gathered layers so); torch's
-FSDPMemTracker, built on it, cannot run the update, which reads values back to the host (the gradient
-norm, the stats) that fake tensors do not have (DataDependentOutputException): here they read as 0 and
-size nothing. The micro-batch is one sample of the plan's longest (max(micro-batch budget, --max-context)
+`Simulation` records the peak of each phase (of the update: the second, when the moments exist) and what
+the trainer keeps after the update, while the engine generates. The plan's other phases (vLLM's, the KL
+reference's forward, the first step's compile) follow as the plan has them. It counts live storages as
+torch's MemTracker does (storages resized in place included: FSDP2 frees and refills its gathered layers
+so); torch's FSDPMemTracker, built on it, cannot run the update, which reads values back to the host (the
+gradient norm, the stats) that fake tensors do not have (DataDependentOutputException): here they read as
+0 and size nothing. The micro-batch is one sample of the plan's longest (max(micro-batch budget, --max-context)
 tokens). The shapes are the real ones (`random-qwen3-*`, models.RANDOM_SHAPES); the fake tensors are CPU
 ones standing for CUDA ones (compute/fused.py takes its CUDA branches for them). What it cannot simulate:
 vLLM (its weights, KV cache and runtime), the allocator's fragmentation and the CUDA context.
@@ -40,6 +43,9 @@ from backend import models  # noqa: E402
 from harness import plan  # noqa: E402
 
 GiB = 2 ** 30
+# The plan's phases that no fake tensor runs, and why (their row's second column).
+UNMEASURED = {"rollout": "vLLM's share: not simulated", "KL reference's forward": "within the update's",
+              "first step's compile": "vLLM's graphs: not simulated; torchao's step: no fake tensors"}
 MODELS = {"random-qwen3-4b": 0.0, "random-qwen3-8b": 0.005, "random-qwen3-30b-a3b": 0.0}   # with their runs' KL
 
 
@@ -93,7 +99,7 @@ class Simulation(TorchDispatchMode):
 
 
 def fake_update(name, gpus, tokens, kl_coef, moments):
-    """(peak bytes of a steady-state update, bytes the trainer keeps after it) per rank, simulated."""
+    """{phase: bytes per rank} of a run's phases on the trainer's side (`phases`), simulated."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from transformers import AutoModelForCausalLM
@@ -111,17 +117,17 @@ def fake_update(name, gpus, tokens, kl_coef, moments):
             if reference is not None:
                 reference.to_empty(device="cpu")
             optimizer = grpo.make_optimizer(model, moments=moments)
-            update_twice(model, reference, optimizer, config, gpus, tokens, kl_coef,
-                         between=lambda: setattr(simulation, "peak", simulation.now))
-            gc.collect()
-            return simulation.peak, simulation.now
+            meter = (lambda: setattr(simulation, "peak", simulation.now), lambda: simulation.peak,
+                     lambda: simulation.now)
+            return phases(model, reference, optimizer, config, gpus, tokens, kl_coef, meter, gather_each)
     finally:
         dist.destroy_process_group()
 
 
 def cuda_update(name, tokens, kl_coef, moments):
-    """The same on this process's GPU, for real, in a process group of one: (torch.cuda.max_memory_allocated
-    of the second update, torch.cuda.memory_allocated after it). bench/gpu_check.sh runs it."""
+    """The same on this process's GPU, for real, in a process group of one: torch.cuda.max_memory_allocated
+    of each phase, torch.cuda.memory_allocated after the update; the checkpoint's gather is models.full_state
+    itself. bench/gpu_check.sh runs it."""
     from backend.launch import free_port
     dist.init_process_group("nccl", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{free_port()}")
     try:
@@ -132,12 +138,41 @@ def cuda_update(name, tokens, kl_coef, moments):
         if reference is not None:
             reference.requires_grad_(False)
         optimizer = grpo.make_optimizer(model, moments=moments)
-        update_twice(model, reference, optimizer, model.config, 1, tokens, kl_coef,
-                     between=torch.cuda.reset_peak_memory_stats)
-        gc.collect()
-        return torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
+        meter = (torch.cuda.reset_peak_memory_stats, torch.cuda.max_memory_allocated, torch.cuda.memory_allocated)
+        return phases(model, reference, optimizer, model.config, 1, tokens, kl_coef, meter, models.full_state)
     finally:
         dist.destroy_process_group()
+
+
+def phases(model, reference, optimizer, config, gpus, tokens, kl_coef, meter, gather):
+    """A resumed run's phases in its order, each one's peak: the resume makes the optimizer's state as
+    checkpoint.load_optimizer does (torch.distributed.checkpoint's read into it aside: in place, from the
+    host); two updates (`update_twice`); what the trainer keeps after them (the rollout's share); and a
+    checkpoint's `gather` and optimizer state dict. `meter`: (start a window, its peak, bytes now)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+    start, peak, now = meter
+    out = {}
+    start()
+    set_optimizer_state_dict(model, optimizer, get_optimizer_state_dict(model, optimizer))
+    out["resume"] = peak()
+    update_twice(model, reference, optimizer, config, gpus, tokens, kl_coef, between=start)
+    out["update"] = peak()
+    gc.collect()
+    out["rollout (trainer)"] = now()
+    start()
+    state = gather(model), get_optimizer_state_dict(model, optimizer)
+    out["checkpoint"] = peak()
+    del state
+    return out
+
+
+def gather_each(model):
+    """The checkpoint's gather as get_model_state_dict(full_state_dict=True, cpu_offload=True) does it on a
+    GPU: each parameter whole (DTensor.full_tensor), copied to the host and dropped before the next. Not
+    the function itself: here a fake CPU tensor stands for a GPU one, so its host copies would count."""
+    for tensor in model.state_dict().values():
+        whole = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        del whole
 
 
 def update_twice(model, reference, optimizer, config, gpus, tokens, kl_coef, between):
@@ -169,14 +204,17 @@ def rows(names, gpu_counts, gpu_bytes, layers=None, max_context=32768, cuda=Fals
             # step does not run on fake tensors, and a fake tensor in host memory looks like one on the GPU).
             compared = plan.option(config, gpus, gpu_bytes, knobs, "fp32", False)
             start = time.perf_counter()
-            peak, kept = (cuda_update(name, compared.tokens, knobs.kl_coef, "fp32") if cuda else
-                          fake_update(name, gpus, compared.tokens, knobs.kl_coef, "fp32"))
+            measured = (cuda_update(name, compared.tokens, knobs.kl_coef, "fp32") if cuda else
+                        fake_update(name, gpus, compared.tokens, knobs.kl_coef, "fp32"))
             sim_name = name.removeprefix("random-")
-            for phase, planned, simulated in (("update", sum(compared.update.values()), peak),
-                                              ("rollout (trainer)", compared.trainer_kept, kept)):
-                out.append((name, gpus, phase, planned, simulated))
-                print(f"| {sim_name} | {gpus} | {phase} | {planned / GiB:.2f} | {simulated / GiB:.2f} | "
-                      f"{planned / simulated:.3f} |", flush=True)
+            planned = {**compared.phases, "rollout (trainer)": compared.trainer_kept}
+            for phase in ("update", "rollout (trainer)", "resume", "checkpoint"):
+                out.append((name, gpus, phase, planned[phase], measured[phase]))
+                print(f"| {sim_name} | {gpus} | {phase} | {planned[phase] / GiB:.2f} | {measured[phase] / GiB:.2f} | "
+                      f"{planned[phase] / measured[phase]:.3f} |", flush=True)
+            # The run's own plan of the phases no fake tensor runs (none where it is refused: no vLLM sized)
+            for phase, value in ((p, v) for p, v in chosen.phases.items() if p not in measured and v):
+                print(f"| {sim_name} | {gpus} | {phase} | {value / GiB:.2f} | {UNMEASURED[phase]} | |")
             verdict = f"refused: {chosen.problem}" if chosen.problem else f"plan: {chosen.summary()}"
             print(f"<!-- {sim_name} x{gpus} on {gpu_bytes / GiB:.1f} GiB GPUs, {verdict}; {what} in "
                   f"{time.perf_counter() - start:.0f} s -->", flush=True)

@@ -2,17 +2,21 @@
 
     chosen = plan(models.model_config("Qwen3-8B"), gpus=8, gpu_bytes=torch.cuda.mem_get_info()[1], knobs=Knobs())
     chosen.problem or chosen.summary()     # one sentence why it does not fit, or what it chose
+    python spade.py plan --model Qwen3-30B-A3B --gpus 8 --gpu-gib 80   # the same before renting the GPUs
 
-Arithmetic on the config, milliseconds, before anything loads (harness/setup.py). Two phases share a GPU:
+Arithmetic on the config, milliseconds, before anything loads (harness/setup.py). vLLM is awake in one phase,
 the rollout, where the trainer keeps its fp32 master weights and optimizer moments (and the KL reference)
-while vLLM holds its bf16 weights (a 1/tp share), its runtime and its KV cache; and the update, where vLLM
-sleeps (level 2: it frees its weights and KV cache) and the trainer adds the gradients, the layers FSDP2
-gathers, the activations of the longest micro-batch and the output layer's buffers. The plan picks, in
-this order of preference, fp32 moments (as officially) before 8-bit ones, the KL reference on the GPU
-before in host memory, and the smallest tensor-parallel size whose weights take at most half of vLLM's
-share, among the divisors of a node's GPUs; vLLM's share is what the rollout leaves. On several nodes a
-node holds one sharded copy (hybrid sharding). Where nothing fits, `problem` names the smallest change
-that does. bench/memory_bench.py checks the update's bytes against the real update, simulated.
+while vLLM holds its bf16 weights (a 1/tp share), its runtime and its KV cache. It sleeps (level 2: its
+weights and KV cache freed) from each update to the next step's weight push, and from its start to the
+first push, so that the other phases have its memory: the update (the gradients, the layers FSDP2
+gathers, the activations of the longest micro-batch and the output layer's buffers; the KL reference's
+forward within it), a checkpoint (each parameter gathered whole) and a resume (the optimizer's state
+made by zero gradients and a step). `phase_bytes` gives each. The plan picks, in this order of
+preference, fp32 moments (as officially) before 8-bit ones, the KL reference on the GPU before in host
+memory, and the smallest tensor-parallel size whose weights take at most half of vLLM's share, among the
+divisors of a node's GPUs; vLLM's share is what the rollout leaves. On several nodes a node holds one
+sharded copy (hybrid sharding). Where nothing fits, `problem` names the smallest change that does.
+bench/memory_bench.py checks the update, resume and checkpoint against the real ones, simulated.
 Not modelled: vLLM's own runtime and the CUDA context (estimates: VLLM_RUNTIME, RESERVED), and the HF
 engine's KV cache (what is left).
 """
@@ -58,6 +62,7 @@ class Plan:
     max_num_seqs: int
     update: dict = field(default_factory=dict)    # component -> bytes per GPU
     rollout: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)    # phase -> its peak bytes per GPU (`phase_bytes`)
     trainer_kept: int = 0             # of the rollout: what the trainer keeps
     vllm_share: float = 0.0           # vLLM's gpu_memory_utilization
     kv_tokens: int = 0                # tokens one engine's KV cache holds
@@ -71,6 +76,21 @@ class Plan:
             line += (f"; vLLM tp {self.tp}, {self.vllm_share:.2f} of each GPU, KV cache {self.kv_tokens:,} tokens "
                      f"({self.kv_tokens / self.max_model_len:.1f} contexts of {self.max_model_len:,})")
         return line
+
+
+def knobs_of(cfg, setting, engine):
+    """The Knobs of a run's config (spade.Config) and setting, with `engine` ("vllm" or "hf") generating."""
+    fixed = cfg.unflagged
+    return Knobs(max_context=cfg.max_context, micro_token_budget=fixed.micro_token_budget, kl_coef=cfg.kl_coef,
+                 designer_max_tokens=fixed.designer_max_tokens, hint_max_tokens=fixed.hint_max_tokens,
+                 corpus_max_words=fixed.corpus_max_words, audit=setting.audit, num_envs=cfg.num_envs,
+                 plays_per_env=cfg.plays_per_env, hint_plays=fixed.hint_plays, engine=engine, tp=cfg.tp)
+
+
+def refusal(model, chosen):
+    """The one sentence of a plan that does not fit."""
+    return (f"spade.py: {model} does not fit on {chosen.gpus} GPU{'s' * (chosen.gpus > 1)} of "
+            f"{chosen.gpu_bytes / GiB:.1f} GiB: {chosen.problem}")
 
 
 def shapes(config):
@@ -112,6 +132,39 @@ def update_bytes(config, gpus, tokens, moments, kl_on_gpu):
             # with a layer's gradients in bf16 and in fp32 for the reduce-scatter.
             "gathered by FSDP2": 2 * root + 2 * 2 * layer + (2 + 4) * layer,
             "activations": activations(config, tokens)}
+
+
+def largest_parameter(config):
+    """The elements of the model's largest tensor: the embeddings (or lm_head), or an MoE layer's experts
+    packed as transformers holds them ([E, 2I, H] gate_up_proj)."""
+    H = config.hidden_size
+    if getattr(config, "num_experts", None):
+        return max(config.vocab_size * H, config.num_experts * 2 * config.moe_intermediate_size * H)
+    return max(config.vocab_size * H, config.intermediate_size * H)
+
+
+def phase_bytes(config, gpus, tokens, kept, update, rollout, kl):
+    """Each phase that holds GPU memory, its peak bytes per GPU (RESERVED aside). vLLM is awake in the
+    rollout alone: it sleeps from the update to the next step's weight push (spade.train), and from its
+    start to the first push (harness/setup.py), so the update, a checkpoint and a resume have its memory.
+    The KL reference's forward runs in the update, on a micro-batch after the first (the gradients of the
+    first exist); the first step's compiles (vLLM's graphs at its start, inside VLLM_RUNTIME; torchao's
+    8-bit step, Inductor without autotuning) take nothing beyond their phase's."""
+    P, layer, root = shapes(config)
+    gradients, whole = 4 * P / gpus, 4 * largest_parameter(config)
+    phases = {"rollout": sum(rollout.values()), "update": sum(update.values()),
+              # get_optimizer_state_dict makes the state: zero gradients and a step (one parameter's temporaries)
+              "resume": kept + gradients + whole / gpus,
+              # get_model_state_dict(full_state_dict, cpu_offload): each fp32 parameter whole, one at a time,
+              # twice (the all-gather's output and the tensor it makes of it)
+              "checkpoint": kept + 2 * whole}
+    if kl:   # the reference's root and two layers gathered (bf16), one layer's no-grad forward, the sweep
+        D = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        forward = (2 * tokens * (4 * config.hidden_size + 2 * D * config.num_attention_heads)
+                   + 4 * CHUNK_TOKENS * config.vocab_size)
+        phases["KL reference's forward"] = kept + gradients + 2 * root + 2 * 2 * layer + forward
+    phases["first step's compile"] = max(phases["rollout"], phases["update"])
+    return phases
 
 
 def kept_bytes(config, gpus, moments, kl_on_gpu):
@@ -164,13 +217,19 @@ def option(config, gpus, gpu_bytes, knobs, moments, kl_on_cpu, node_gpus=None):
     kept = kept_bytes(config, shards, moments, kl_on_gpu)
     chosen = Plan(gpus, gpu_bytes, moments, bool(knobs.kl_coef), kl_on_cpu and bool(knobs.kl_coef), 1, tokens, context_length(knobs), 0,
                   update, trainer_kept=kept)
-    if sum(update.values()) > usable:
-        chosen.problem = (f"the update needs {sum(update.values()) / GiB:.1f} GiB of the {usable / GiB:.1f} a GPU "
-                          f"has for it ({_largest(update)})")
+    chosen.phases = phase_bytes(config, shards, tokens, kept, update, {}, chosen.kl)
+    asleep = {name: chosen.phases[name] for name in ("update", "resume", "checkpoint", "KL reference's forward")
+              if name in chosen.phases}
+    worst = max(asleep, key=asleep.get)
+    if asleep[worst] > usable:
+        parts = f" ({_largest(update)})" if worst == "update" else ""
+        chosen.problem = (f"the {worst} needs {asleep[worst] / GiB:.1f} GiB of the {usable / GiB:.1f} a GPU has "
+                          f"for it{parts}")
         return chosen
     P, _, _ = shapes(config)
     if knobs.engine == "hf":   # the trainer's model generates, gathered whole in bf16 where it fits
         chosen.rollout = {"trainer": kept, "model gathered (bf16)": 2 * P}
+        chosen.phases = phase_bytes(config, shards, tokens, kept, update, chosen.rollout, chosen.kl)
         return chosen
     share = usable - kept                       # what vLLM may take, weights, runtime and KV cache
     sizes = tp_choices(node_gpus or gpus, knobs.tp)
@@ -182,6 +241,7 @@ def option(config, gpus, gpu_bytes, knobs, moments, kl_on_cpu, node_gpus=None):
     chosen.vllm_share = round(share / gpu_bytes, 3)
     chosen.rollout = {"trainer": kept, "vLLM weights (bf16)": weights, "vLLM runtime": VLLM_RUNTIME,
                       "KV cache": max(0, share - VLLM_RUNTIME - weights)}
+    chosen.phases = phase_bytes(config, shards, tokens, kept, update, chosen.rollout, chosen.kl)
     groups = gpus // chosen.tp
     busiest = knobs.num_envs * max(knobs.plays_per_env, knobs.hint_plays)
     chosen.max_num_seqs = min(1024, 8 * math.ceil(math.ceil(busiest / groups) / 8))
@@ -213,3 +273,52 @@ def _what_fits(config, gpus, gpu_bytes, knobs, node_gpus=None):
 
 def _gpus_that_fit(config, gpus, gpu_bytes, knobs, fits):
     return next((f"{g} GPUs" for g in (2, 4, 8, 16, 32, 64) if g > gpus and fits(g, knobs)), None)
+
+
+# What holds each phase's memory (`phase_bytes`), for `spade.py plan`.
+HOLDS = {"rollout": "vLLM awake: its weights, runtime and KV cache beside what the trainer keeps",
+         "update": "vLLM asleep: gradients, FSDP2's gathered layers, a micro-batch's activations",
+         "resume": "vLLM asleep: the optimizer's state made (zero gradients, a step) and read",
+         "checkpoint": "vLLM asleep: each parameter gathered whole (fp32) on its way to the host",
+         "KL reference's forward": "in the update: the reference's gathered layers beside the gradients",
+         "first step's compile": "vLLM's graphs at its start (in its runtime), torchao's 8-bit step in the update"}
+
+
+def main(argv, parse_config, settings):
+    """`python spade.py plan [--gpus N] [--gpu-gib G] [--node-gpus N] [--knob VALUE ...]`: what a run of
+    these knobs would choose on such GPUs and each phase's GiB per GPU, from the model's config alone (no
+    GPU, no weights); or the one sentence of what does not fit and the smallest change that does."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="spade.py plan", description=main.__doc__.split(": ", 1)[1],
+                                     epilog="Any knob of a run may follow (python spade.py --help).")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs in all (default 1)")
+    parser.add_argument("--gpu-gib", type=float, default=79.2,
+                        help="one GPU's memory as torch reports it, GiB (default 79.2: an 80 GB H100)")
+    parser.add_argument("--node-gpus", type=int, default=None, help="GPUs of one node (default: all of them)")
+    args, knobs = parser.parse_known_args(argv)
+    if args.gpus < 1 or args.gpu_gib <= RESERVED / GiB or (args.node_gpus and args.gpus % args.node_gpus):
+        raise SystemExit("spade.py plan: --gpus must be positive, --node-gpus divide it, and --gpu-gib exceed "
+                         f"the {RESERVED / GiB:.0f} GiB a GPU keeps for CUDA")
+    cfg = parse_config(knobs)
+    from backend import models
+    try:
+        config = models.model_config(cfg.model)
+    except models.ModelLoadError as e:
+        raise SystemExit(f"spade.py: {e}") from None
+    engine = "hf" if cfg.engine == "hf" else "vllm"   # auto: vLLM, as requirements-gpu.txt installs it
+    chosen = plan(config, args.gpus, int(args.gpu_gib * GiB), knobs_of(cfg, settings[cfg.setting], engine),
+                  args.node_gpus)
+    if chosen.problem:
+        raise SystemExit(refusal(cfg.model, chosen))
+    return "\n".join(describe(cfg.model, chosen))
+
+
+def describe(model, chosen):
+    """The lines `spade.py plan` prints of a plan that fits."""
+    sequences = f"; at most {chosen.max_num_seqs} sequences at once" if chosen.max_num_seqs else ""
+    lines = [f"{model} on {chosen.gpus} GPU{'s' * (chosen.gpus > 1)} of {chosen.gpu_bytes / GiB:.1f} GiB fits: "
+             f"{chosen.summary()}{sequences}",
+             f"{'phase':<24}{'GiB per GPU':>12}  what holds it"]
+    lines += [f"{name:<24}{value / GiB:>12.1f}  {HOLDS[name]}" for name, value in chosen.phases.items()]
+    lines.append(f"{'reserved':<24}{RESERVED / GiB:>12.1f}  the CUDA context, NCCL, vLLM asleep (an estimate)")
+    return lines

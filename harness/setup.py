@@ -91,7 +91,7 @@ def set_up(cfg, setting):
     state = dict(step=0, pool=[], epoch=None, tracker=regret.LearningPotentialTracker(), order=[],
                  rng=random.Random(cfg.seed), pool_rng=random.Random(42), blacklist=set(), lengths={},
                  rlve=rlve.Curriculum() if cfg.rlve else None)
-    if checkpoint:
+    if checkpoint:   # the engine asleep (load_trainer): the optimizer's state is made where the plan has room
         state = restore(checkpoint, model, optimizer, memory, rank)
         log.rewind(state["step"])
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
@@ -119,17 +119,11 @@ def memory_plan(cfg, setting, gpus, node_gpus=None, log=None):
         config = models.model_config(cfg.model)
     except models.ModelLoadError as e:
         raise SystemExit(f"spade.py: {e}") from None
-    fixed = cfg.unflagged
-    knobs = plan.Knobs(max_context=cfg.max_context, micro_token_budget=fixed.micro_token_budget, kl_coef=cfg.kl_coef,
-                       designer_max_tokens=fixed.designer_max_tokens, hint_max_tokens=fixed.hint_max_tokens,
-                       corpus_max_words=fixed.corpus_max_words, audit=setting.audit, num_envs=cfg.num_envs,
-                       plays_per_env=cfg.plays_per_env, hint_plays=fixed.hint_plays, engine=engine_kind(cfg, "cuda"),
-                       tp=cfg.tp)
+    knobs = plan.knobs_of(cfg, setting, engine_kind(cfg, "cuda"))
     card = torch.cuda.get_device_properties(0).total_memory
     chosen = plan.plan(config, gpus, card, knobs, node_gpus)
     if chosen.problem:
-        raise SystemExit(f"spade.py: {cfg.model} does not fit on {gpus} GPU{'s' * (gpus > 1)} of "
-                         f"{card / plan.GiB:.1f} GiB: {chosen.problem}")
+        raise SystemExit(plan.refusal(cfg.model, chosen))
     if log:
         log.print("memory plan: " + chosen.summary())
     return chosen
@@ -165,6 +159,9 @@ def load_trainer(cfg, checkpoint, device, world, step=0, chosen=None):
     gen = engine.make_engine(model, tokenizer, kind, **({"tp": tp, "seed": seed, **sizes} if kind == "vllm" else {}))
     gen = TensorParallelGroup(gen, tp, world) if kind == "vllm" and world > 1 else gen
     gen = RankAgreement(gen) if world > 1 else gen           # in lockstep, ranks must ask for the same prompts
+    # Asleep until spade.train's first weight push: a resume (set_up) makes the optimizer's state (zero
+    # gradients and a step, then the moments read) in vLLM's memory, not beside it (harness/plan.py's phases).
+    gen.sleep()
     agent_params = engine.SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
     params = dict(agent=agent_params,
                   designer=dataclasses.replace(agent_params, max_new_tokens=cfg.unflagged.designer_max_tokens),

@@ -425,13 +425,25 @@ def test_vllm_matches_hf_engine_and_takes_pushed_weights(tiny, prompts):
 @needs_vllm
 @needs_cuda
 def test_vllm_sleep_push_wake_cycle(prompts):
+    """A step's cycle on CUDA in one engine (vLLM takes one sleep-mode engine a process; eager: no compile or
+    graph capture, so that bench/gpu_check.sh's step fits): generate, sleep through an update, push, wake,
+    and generate what the HF engine generates with the updated weights."""
+    import grpo
     model, tokenizer = load_model("tiny", device="cuda", dtype=torch.float32)
-    vllm_engine = engine.make_engine(model, tokenizer, kind="vllm", max_model_len=256, gpu_memory_utilization=0.2)
+    vllm_engine = engine.make_engine(model, tokenizer, kind="vllm", max_model_len=256, gpu_memory_utilization=0.2,
+                                     enforce_eager=True)
     greedy = SamplingParams(temperature=0, max_new_tokens=16)
+    tokens = lambda completions: [c.token_ids for c in completions]
     before = vllm_engine.generate(prompts, greedy)
+    assert tokens(before) == tokens(HFEngine(model, tokenizer).generate(prompts, greedy))
     vllm_engine.sleep()
     with pytest.raises(AssertionError, match="asleep"):
         vllm_engine.generate(prompts, greedy)
-    vllm_engine.load_weights(model.named_parameters())  # wakes the weights before writing them
-    vllm_engine.wake_up()
-    assert vllm_engine.generate(prompts, greedy) == before
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    with torch.no_grad():   # the update, as far as the engine can tell
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=generator, device="cuda"))
+    grpo.push_weights(model, vllm_engine)   # wakes the weights, writes them, wakes the KV cache
+    after = vllm_engine.generate(prompts, greedy)
+    assert tokens(after) != tokens(before)
+    assert tokens(after) == tokens(HFEngine(model, tokenizer).generate(prompts, greedy))

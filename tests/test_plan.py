@@ -129,7 +129,103 @@ def test_the_memory_bench_runs_at_a_tiny_size():
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "memory_bench.py"), "--models", "tiny", "--gpus", "2",
                              "--max-context", "1024"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    table = [line.split("|")[1:-1] for line in result.stdout.splitlines() if line.startswith("| tiny ")]
-    assert [[cell.strip() for cell in row[:3]] for row in table] == [["tiny", "2", "update"],
-                                                                     ["tiny", "2", "rollout (trainer)"]]
-    assert all(0.5 < float(row[5]) < 2 for row in table), result.stdout
+    table = [[cell.strip() for cell in line.split("|")[1:-1]] for line in result.stdout.splitlines()
+             if line.startswith("| tiny ")]
+    assert [row[2] for row in table] == ["update", "rollout (trainer)", "resume", "checkpoint", "rollout",
+                                         "first step's compile"]
+    assert all(0.5 < float(row[5]) < 2 for row in table[:4]), result.stdout
+
+
+class SleepyEngine:
+    """A test double of vLLM's side of the engine protocol around the in-process engine: it records its
+    sleeps, weight loads, wake-ups and generate calls (a run of them as one), and refuses to generate
+    while asleep."""
+    model = None   # a copy of its own: push_weights loads the weights into it
+
+    def __init__(self, model, tokenizer, events):
+        self.inner, self.events, self.asleep = engine.HFEngine(model, tokenizer), events, False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def sleep(self):
+        self.asleep = True
+        self.events.append("sleep")
+
+    def load_weights(self, named_tensors):
+        assert self.asleep and sum(1 for _ in named_tensors)
+        self.events.append("load_weights")
+
+    def wake_up(self):
+        self.asleep = False
+        self.events.append("wake_up")
+
+    def generate(self, prompts, params):
+        assert not self.asleep, "generate while asleep"
+        if self.events[-1:] != ["generate"]:
+            self.events.append("generate")
+        return self.inner.generate(prompts, params)
+
+
+def test_resume_and_checkpoint_happen_while_the_engine_sleeps(tmp_path, monkeypatch):
+    """The plan's resume and checkpoint phases have no vLLM beside them: the optimizer's state is made and
+    read, and every checkpoint gathered, between a sleep and the next weight push."""
+    from harness import checkpoint
+    events = []
+    monkeypatch.setattr(engine, "make_engine", lambda model, tokenizer, kind, **kw: SleepyEngine(model, tokenizer,
+                                                                                                   events))
+    for module, name in ((run, "restore"), (spade, "save_checkpoint")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **kw: (
+            events.append(_name), _real(*a, **kw))[1])
+    out = str(tmp_path / "run")
+    fast = ["--model", "tiny", "--pool", str(ROOT / "envs"), "--num-envs", "1", "--plays-per-env", "2",
+            "--max-new-tokens", "8", "--max-turns", "2", "--save-every", "1"]
+    for argv in ([*fast, "--steps", "1", "--out", out], ["--resume", out, "--steps", "2"]):
+        cfg = spade.parse_config(argv)
+        spade.train(run.set_up(cfg, spade.SETTINGS[cfg.setting]))
+        checkpoint._LOCKS.pop().close()   # the run's claim, held for a process's life: the next run is another
+    step = ["load_weights", "wake_up", "generate", "sleep", "save_checkpoint"]
+    assert events == ["sleep", *step, "sleep", "restore", *step], events
+
+
+@pytest.mark.parametrize("name", ["Qwen3-4B", "Qwen3-8B", "Qwen3-30B-A3B"])
+def test_the_shipped_configs_are_the_shapes_the_bench_simulates(name):
+    """The paper's models' config.json (backend/configs/) read offline, of the shapes memory_bench.py runs."""
+    assert plan.shapes(models.model_config(name)) == plan.shapes(models.model_config(f"random-{name.lower()}"))
+
+
+def test_the_plan_on_demand_without_a_gpu(capsys):
+    """`spade.py plan` before renting a node: from the shipped configs, without a GPU or weights."""
+    spade.main(["plan", "--model", "Qwen3-30B-A3B", "--gpus", "8", "--gpu-gib", "80"])
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("Qwen3-30B-A3B on 8 GPUs of 80.0 GiB fits: ") and "vLLM tp " in table[0]
+    phases = {line[:24].strip(): float(line[24:36]) for line in table[2:]}
+    assert {"rollout", "update", "resume", "checkpoint", "first step's compile", "reserved"} <= set(phases)
+    assert max(phases.values()) + phases["reserved"] <= 80
+    with pytest.raises(SystemExit) as refused:   # METHOD 7.3's Qwen3-8B row (its KL reference) on one card
+        spade.main(["plan", "--model", "Qwen3-8B", "--gpu-gib", "80"])
+    sentence = str(refused.value)
+    assert "does not fit on 1 GPU of 80.0 GiB" in sentence and sentence.endswith("it fits on 2 GPUs")
+    with pytest.raises(SystemExit) as unknown:
+        spade.main(["plan", "--model", "Qwen3-9B", "--gpus", "8"])
+    assert str(unknown.value).startswith("spade.py: unknown model 'Qwen3-9B'") and "\n" not in str(unknown.value)
+
+
+def test_the_gpu_check_fits_ten_minutes_and_refuses_a_driver_older_than_cuda_13(tmp_path):
+    """bench/gpu_check.sh's own arithmetic: its steps' budgets (printed) sum under 600 s; and before any
+    step, a driver older than 580 (what CUDA 13 needs) is one sentence."""
+    script = str(ROOT / "bench" / "gpu_check.sh")
+    budget = subprocess.run(["bash", script, "--budget"], capture_output=True, text=True, timeout=30)
+    assert budget.returncode == 0, budget.stderr
+    steps, total = budget.stdout.strip().removeprefix("budget: ").removesuffix("s of 600s").split(" = ")
+    seconds = {name: int(value.removesuffix("s")) for name, value in (part.split() for part in steps.split(" + "))}
+    assert sum(seconds.values()) == int(total) <= 600
+    assert {"driver", "kernel_tests", "vllm_cycle", "memory_plan"} <= set(seconds)
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 550.54.15\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    old = subprocess.run(["bash", script], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")})
+    assert old.returncode == 1 and old.stdout.splitlines()[-1] == (
+        "gpu_check.sh: NVIDIA driver 550.54.15; torch 2.14.0+cu130 and vLLM 0.33 need CUDA 13, which needs driver "
+        "580 or newer")
