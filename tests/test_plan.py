@@ -174,7 +174,7 @@ def test_resume_and_checkpoint_happen_while_the_engine_sleeps(tmp_path, monkeypa
     events = []
     monkeypatch.setattr(engine, "make_engine", lambda model, tokenizer, kind, **kw: SleepyEngine(model, tokenizer,
                                                                                                    events))
-    for module, name in ((run, "restore"), (spade, "save_checkpoint")):
+    for module, name in ((setup, "restore"), (spade, "save_checkpoint")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **kw: (
             events.append(_name), _real(*a, **kw))[1])
@@ -183,7 +183,7 @@ def test_resume_and_checkpoint_happen_while_the_engine_sleeps(tmp_path, monkeypa
             "--max-new-tokens", "8", "--max-turns", "2", "--save-every", "1"]
     for argv in ([*fast, "--steps", "1", "--out", out], ["--resume", out, "--steps", "2"]):
         cfg = spade.parse_config(argv)
-        spade.train(run.set_up(cfg, spade.SETTINGS[cfg.setting]))
+        spade.train(setup.set_up(cfg, spade.SETTINGS[cfg.setting]))
         checkpoint._LOCKS.pop().close()   # the run's claim, held for a process's life: the next run is another
     step = ["load_weights", "wake_up", "generate", "sleep", "save_checkpoint"]
     assert events == ["sleep", *step, "sleep", "restore", *step], events
