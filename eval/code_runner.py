@@ -194,8 +194,8 @@ def plain(value, depth=0):
             return [tag, [plain(v, depth + 1) for v in base.__iter__(value)]]
     if isinstance(value, dict):
         return ["dict", [[plain(k, depth + 1), plain(v, depth + 1)] for k, v in dict.items(value)]]
-    if isinstance(value, (bool, str)):   # subclasses: the value they hold
-        return bool.__bool__(value) if isinstance(value, bool) else str.__str__(value)
+    if isinstance(value, str):   # a subclass: the text it holds, whatever its methods say
+        return str.__str__(value)
     if isinstance(value, numbers.Integral):
         return ["int", hex(int.__int__(value) if isinstance(value, int) else int(value))]
     if isinstance(value, numbers.Real):
