@@ -246,9 +246,10 @@ class ProgramEnv:
     PROGRAM, FN_NAME, KIND, TIMEOUT_S = "", None, "stdin", 6
 
     def reset(self, seed=None):
-        self.pending, self.output = [], ""
-        if self.KIND == "script":
+        self.pending, self.output, self.sent = [], "", 0
+        if self.KIND == "script":   # HumanEval: nothing to load, the program runs with each test
             signal.signal(signal.SIGALRM, on_alarm)
+            self.target = self.PROGRAM
             return "", {"ok": True}
         guard()
         try:
@@ -263,12 +264,12 @@ class ProgramEnv:
             self.pending.append(action[1:])
             return "", 0.0, False, False, {}
         if action == "r":
-            text, self.pending = "".join(self.pending), []
-            run = {"stdin": run_stdin, "call": run_call}.get(self.KIND)
-            status, self.output = run(self.target, text, self.TIMEOUT_S) if run else run_script(
-                self.PROGRAM, text, self.TIMEOUT_S)
-        chunk, self.output = self.output[:CHUNK_CHARS], self.output[CHUNK_CHARS:]
-        return chunk, 0.0, False, False, {"status": status, "more": bool(self.output)}
+            text, self.pending, self.sent = "".join(self.pending), [], 0
+            run = {"stdin": run_stdin, "call": run_call, "script": run_script}[self.KIND]
+            status, self.output = run(self.target, text, self.TIMEOUT_S)
+        chunk = self.output[self.sent:self.sent + CHUNK_CHARS]
+        self.sent += len(chunk)
+        return chunk, 0.0, False, False, {"status": status, "more": self.sent < len(self.output)}
 
 
 # ------------------------------------------------------------------------ in the evaluating process
