@@ -32,6 +32,7 @@ class Options:
     paths: dict = field(default_factory=dict)  # user data: {"aime2026": ..., "lcb": ..., "gpqa": ...}
     endpoints: dict = field(default_factory=dict)  # {"agent": url, "user": url, "user_model": name}
     progress: object = None  # the running benchmark's tqdm bar of completions (eval/run.py makes one each)
+    date_window: tuple | None = None  # LiveCodeBench: ("YYYY-MM-DD", "YYYY-MM-DD"), contest dates kept, both days in
 
 
 @dataclass

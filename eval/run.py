@@ -1,7 +1,7 @@
 """Run the paper's held-out benchmarks on a checkpoint and print Table 1 (games) or Table 2 (tool use).
 
     python -m eval.run --model smollm2-135m --suite games           # offline, CPU: a smoke run
-    python -m eval.run --model out/ckpt --suite games --engine vllm --aime2026 aime-2026.jsonl --lcb-data test6.jsonl
+    python -m eval.run --model out/ckpt --suite games --engine vllm --aime2026 aime-2026.jsonl --lcb-data test*.jsonl
     python -m eval.run --model Qwen3-4B --suite tool_use --benchmarks bfcl_multi_turn
 
 Writes `<out>/<benchmark>.json` (columns, metrics, settings, or why it could not run) and
@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import torch
@@ -70,7 +71,10 @@ def parse_args(argv=None):
     p.add_argument("--out", help="run directory (default: out/eval/<model>-<suite>)")
     data = p.add_argument_group("user data and endpoints")
     data.add_argument("--aime2026", help="AIME 2026 JSONL")
-    data.add_argument("--lcb-data", help="LiveCodeBench v6 test6.jsonl")
+    data.add_argument("--lcb-data", nargs="+", help="LiveCodeBench JSONL files (release_v6: test.jsonl ... test6.jsonl; "
+                      "default: release_v6 from the Hub through `datasets`)")
+    data.add_argument("--date-window", nargs=2, metavar=("START", "END"), help="LiveCodeBench: only problems whose "
+                      "contest date is in START..END (YYYY-MM-DD, both included), e.g. a model card's window")
     data.add_argument("--gpqa", help="a GPQA CSV instead of the packaged GPQA-Diamond")
     data.add_argument("--tau2-data-dir", help="tau2-bench's data directory")
     data.add_argument("--acebench-dir", help="a clone of the ACEBench repository")
@@ -87,6 +91,10 @@ def parse_args(argv=None):
     if negative or args.samples == 0 or args.batch_size == 0:
         p.error(f"{', '.join(negative) or '--samples and --batch-size'} must be positive (--limit, --turns and "
                 f"--max-new-tokens take 0 for the benchmark's own)")
+    try:
+        [datetime.strptime(day, "%Y-%m-%d") for day in args.date_window or ()]
+    except ValueError:
+        p.error(f"--date-window takes two dates as YYYY-MM-DD, got {' '.join(args.date_window)}")
     return args
 
 
@@ -102,6 +110,7 @@ def options_from(args, on_gpu: bool) -> Options:
                    batch_size=args.batch_size or (32 if on_gpu else 8), seed=args.seed, aime_sampling=args.aime_sampling,
                    paths={"aime2026": args.aime2026, "lcb": args.lcb_data, "gpqa": args.gpqa,
                           "tau2": args.tau2_data_dir, "acebench": args.acebench_dir},
+                   date_window=tuple(args.date_window) if args.date_window else None,
                    endpoints={"agent": args.agent_endpoint, "agent_model": args.agent_model,
                               "user": args.user_endpoint, "user_model": args.user_model})
 

@@ -9,6 +9,8 @@ import ast
 import doctest
 import io
 import json
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,13 +21,14 @@ from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITION
 
 from backend import engine
 from backend.engine import Completion, SamplingParams
-from eval import aime, bfcl, common, external, gpqa, livecodebench, reasoning_gym_hard, run, table
+from eval import aime, bfcl, code_runner, common, external, gpqa, livecodebench, reasoning_gym_hard, run, table
 from eval.common import Options, Unavailable
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 
 
-@pytest.mark.parametrize("module", [common, aime, gpqa, livecodebench, reasoning_gym_hard, bfcl, external, table])
+@pytest.mark.parametrize("module", [common, aime, gpqa, livecodebench, code_runner, reasoning_gym_hard, bfcl, external,
+                                    table])
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0
 
@@ -120,7 +123,7 @@ def test_user_data_of_the_wrong_kind_is_one_sentence_or_a_skipped_row(tmp_path, 
     (tmp_path / "lcb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(Unavailable, match="holds no usable problem .3 lines or rows skipped"):
         livecodebench.load_lcb(tmp_path / "lcb.jsonl")
-    assert capsys.readouterr().out.count("warning: LiveCodeBench v6: skipping row") == 3
+    assert capsys.readouterr().out.count("warning: LiveCodeBench: skipping row") == 3
     (tmp_path / "gpqa.csv").write_text("Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,"
                                        "Incorrect Answer 3\nQ?,a,b\n")
     with pytest.raises(Unavailable, match="line 2 of .*gpqa.csv lacks some of the columns"):
@@ -205,9 +208,9 @@ def test_gpqa_options_shuffled_with_a_fixed_seed():
 # ---------------------------------------------------------------------------------------- code
 
 
-def lcb_problems():
-    problems, skipped = livecodebench.load_lcb(FIXTURES / "test6.jsonl")
-    assert skipped == 1 and [p.id for p in problems] == ["fixture_abc001_a", "fixture_lc_1"]
+def lcb_problems(window=None):
+    problems, skipped = livecodebench.load_lcb(FIXTURES / "lcb.jsonl", window)
+    assert skipped == 1
     return problems
 
 
@@ -215,58 +218,183 @@ def fenced(code):
     return f"Here is my solution.\n```python\n{code}\n```"
 
 
-def test_lcb_prompts_are_the_official_templates():
+SUM_RIGHT = "n = int(input())\nprint(sum(map(int, input().split())))"
+TWO_SUM_RIGHT = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
+                 "        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+                 "                return (seen[target - x], i)\n            seen[x] = i")
+
+
+def test_lcb_prompt_is_the_official_single_user_message():
     stdin_problem, leetcode = lcb_problems()
-    system, user = stdin_problem.messages
-    assert system == {"role": "system", "content": livecodebench.LCB_SYSTEM}
-    assert user["role"] == "user" and user["content"].startswith("### Question:\n")
-    # a stdin problem must tell the model to read stdin and write stdout
-    assert "Read the inputs from stdin solve the problem and write the answer to stdout" in user["content"]
-    assert "```python\n# YOUR CODE HERE\n```" in user["content"]
-    assert user["content"].endswith("### Answer: (use the provided format with backticks)\n\n")
-    functional = leetcode.messages[1]["content"]
-    assert "stdin" not in functional and "You will use the following starter code" in functional
-    assert "```python\nclass Solution:" in functional
+    assert stdin_problem.messages == [{"role": "user", "content": (
+        "You are given N integers. Print their sum.\n\nInput\nN\nA_1 ... A_N\n\nOutput\nThe sum.\n\n"
+        "Write the complete solution in a single ```python ... ``` block.")}]
+    assert leetcode.messages == [{"role": "user", "content": (
+        "Given an array nums and an integer target, return the indices of the two numbers that add up to target.\n\n"
+        "Starter code:\n```python\nclass Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
+        "        \n```\n\nWrite the complete solution in a single ```python ... ``` block.")}]
 
 
-def test_lcb_extracts_between_the_last_two_fence_lines():
-    assert livecodebench.last_code_block("```Python\nprint(1)\n```") == "print(1)"  # any tag
-    assert livecodebench.last_code_block("a\n```py\nx = 1\n```\nthen\n```\nx = 2\ny = 3\n```\nbye") == "x = 2\ny = 3"
-    assert livecodebench.last_code_block("print(1)") == ""  # no fence, no program
-    assert livecodebench.last_code_block("```python\nprint(1)") == ""  # an unclosed block neither
+def test_lcb_release_files_together_and_the_date_window(tmp_path, monkeypatch):
+    older = json.loads((FIXTURES / "lcb.jsonl").read_text().splitlines()[0])
+    older.update(question_id="older", contest_date="2024-07-31T00:00:00")
+    (tmp_path / "test5.jsonl").write_text(json.dumps(older) + "\n")
+    both = [tmp_path / "test5.jsonl", FIXTURES / "lcb.jsonl"]
+    assert [p.id for p in livecodebench.load_lcb(both)[0]] == ["older", "fixture_abc001_a", "fixture_lc_1"]
+    # LCB's --start_date/--end_date: both days included, each at 00:00
+    assert [p.id for p in livecodebench.load_lcb(both, ("2024-08-01", "2025-02-01"))[0]] == ["fixture_abc001_a"]
+    all_three = ["older", "fixture_abc001_a", "fixture_lc_1"]
+    assert [p.id for p in livecodebench.load_lcb(both, ("2024-07-31", "2025-03-01"))[0]] == all_three
+    with pytest.raises(SystemExit):
+        run.parse_args(["--model", "tiny", "--suite", "games", "--date-window", "2024-08-01", "2025-13-01"])
+    argv = ["--model", "tiny", "--suite", "games", "--lcb-data", "a.jsonl", "b.jsonl", "--date-window", "2024-08-01",
+            "2025-02-01"]
+    options = run.options_from(run.parse_args(argv), on_gpu=True)
+    assert options.paths["lcb"] == ["a.jsonl", "b.jsonl"] and options.date_window == ("2024-08-01", "2025-02-01")
+
+
+def test_lcb_without_files_loads_release_v6_from_the_hub_as_the_official(monkeypatch):
+    """No network here: a stand-in for the `datasets` package records the call the official makes."""
+    calls = []
+
+    def load_dataset(name, **kwargs):
+        calls.append((name, kwargs))
+        return [json.loads(line) for line in (FIXTURES / "lcb.jsonl").read_text().splitlines() if "fixture_" in line]
+
+    monkeypatch.setitem(sys.modules, "datasets", SimpleNamespace(load_dataset=load_dataset))
+    problems, skipped = livecodebench.load_release(("2025-03-01", "2025-03-01"))
+    assert calls == [("livecodebench/code_generation_lite",
+                      {"split": "test", "version_tag": "release_v6", "trust_remote_code": True})]
+    assert [p.id for p in problems] == ["fixture_lc_1"] and skipped == 0
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(Unavailable, match="--lcb-data test.jsonl ... test6.jsonl"):
+        livecodebench.evaluate_lcb(None, None, Options())
+
+
+def test_lcb_extraction_is_the_official_last_python_block():
+    block = livecodebench.last_python_block
+    assert block("```python\nx = 1\n```\ntext\n```python\nx = 2\n```\nbye") == "x = 2"  # several blocks: the last
+    assert block("print(1)") == "print(1)"  # raw code: the whole reply
+    for other in ("```py\nx = 1\n```", "```\nx = 1\n```", "```Python\nx = 1\n```", "```python3\nx = 1\n```"):
+        assert block(other) == other  # only a ```python tag makes a block
+    assert block("```python\nx = 1\n```\nthen\n```python\nx = 2") == "x = 1"  # a cut-off last block: the one before
+    assert block("sure:\n```python\nx = 2") == "sure:\n```python\nx = 2"  # nothing closed: the whole reply
+    assert block("```python  \n\n  x = 1\n```") == "  x = 1"  # blank lines after the tag go, indentation stays
+    assert block("```python\n```\nx = 1\n```") == "```\nx = 1"  # a fence right after the tag does not close it
+    assert block("```python\n\n```") == ""
+    assert block("```python\nx = 1\n```python\ny = 2\n```") == "x = 1"  # a ```python line closes the open block
     stdin_problem = lcb_problems()[0].reference
-    right = "n = int(input())\nprint(sum(map(int, input().split())))"
-    code, value, verdict = livecodebench.score(stdin_problem, right)  # a right program, but not fenced
-    assert (code, value) == ("", 0.0) and verdict.startswith("no program")
+    assert livecodebench.score(stdin_problem, SUM_RIGHT)[1:] == (1.0, "passed")  # unfenced code runs as the official
+    assert livecodebench.score(stdin_problem, f"```py\n{SUM_RIGHT}\n```")[1] == 0.0  # fences run as code: SyntaxError
 
 
-def test_lcb_stdin_problem_in_the_sandbox():
+def test_model_text_parsers_are_linear_in_the_reply():
+    replies = ["```python\n" * 10_000, "```python" + " " * 100_000, "```python \n" + "\n```python \n" * 9_000,
+               ("```python \n" + "a" * 10) * 8_000, "\n" * 100_000 + "def", "def " + " " * 100_000]
+    start = time.perf_counter()
+    for reply in replies:
+        livecodebench.last_python_block(reply)
+        livecodebench.humaneval_program("def f(x):\n", reply, "f")
+    assert time.perf_counter() - start < 2.0
+
+
+# LCB's runner's verdicts (lcb_runner/evaluation/testing_util.py at the commit the official pins), each
+# pinned from a run of that runner on the same program and tests.
+STDIN_VERDICTS = {
+    "import sys\nd = sys.stdin.buffer.read().split()\nprint(sum(map(int, d[1:])))": True,
+    "import sys\ninput = sys.stdin.buffer.readline\nn = int(input())\nprint(sum(map(int, input().split())))": False,
+    "import sys\nls = sys.stdin.buffer.readlines()\nprint(sum(map(int, ls[1].split())))": False,
+    "d = open(0).read().split()\nprint(sum(map(int, d[1:])))": False,
+    "import builtins\nd = builtins.open(0).read().split()\nprint(sum(map(int, d[1:])))": True,
+    "import sys\nls = [l for l in sys.stdin]\nprint(sum(map(int, ls[1].split())))": False,
+    "n = int(stdin.readline())\nprint(sum(map(int, stdin.readline().split())))": True,
+    "import sys\ninput()\nsys.stdout.buffer.write(str(sum(map(int, input().split()))).encode() + b'\\n')": False,
+    "input()\nprint(sum(map(int, input().split())))\nquit()": False,
+    "input()\nprint(sum(map(int, input().split())))\nexit()": True,
+    "t = 0\ndef add(x):\n    global t\n    t += x\ninput()\nfor v in input().split(): add(int(v))\nprint(t)": False,
+    "import os\nos.getcwd()\n" + SUM_RIGHT: False,
+    "import resource\n" + SUM_RIGHT: False,
+    "def main():\n    " + SUM_RIGHT.replace("\n", "\n    ") + "\nif __name__ == '__main__':\n    main()": True,
+    "def main():\n    " + SUM_RIGHT.replace("\n", "\n    ") + "\nif '__main__' == __name__:\n    main()": False,
+    "def main():\n    " + SUM_RIGHT.replace("\n", "\n    ") + "\nif __name__ == '__main__':\n    main()\nx = 1": False,
+    "class Solution:\n    pass\n" + SUM_RIGHT: False,
+    "from __future__ import annotations\n" + SUM_RIGHT: False,
+    "try:\n    while True: pass\nexcept BaseException:\n    pass\nprint(6)": False,   # the swallowed alarm's line
+}
+TWO_SUM_VERDICTS = {
+    TWO_SUM_RIGHT: True,   # a tuple is the list
+    "# class Solution\ndef twoSum(nums, target):\n    return [0, 1] if nums[0] == 2 else [1, 2]": False,
+    "def twoSum(nums, target):\n    return [0, 1] if nums[0] == 2 else [1, 2]": True,
+    "from __future__ import annotations\n" + TWO_SUM_RIGHT: False,
+    TWO_SUM_RIGHT.replace("(seen[target - x], i)", "[(seen[target - x], i)][0:1]"): False,   # [(0, 1)] is not [[0, 1]]
+    TWO_SUM_RIGHT.replace("(seen[target - x], i)", "[float(seen[target - x]), i]"): True,   # 0.0 == 0
+    "class Solution:\n    calls = 0\n    def twoSum(self, nums, target):\n        Solution.calls += 1\n"
+    "        return [0, 1] if Solution.calls == 1 else [9, 9]": False,   # one process, one Solution(), all tests
+}
+
+
+@pytest.mark.parametrize("program, passes", list(STDIN_VERDICTS.items()), ids=range(len(STDIN_VERDICTS)))
+def test_lcb_stdin_verdicts_are_the_official_runners(program, passes):
     stdin_problem = lcb_problems()[0].reference
-    assert len(stdin_problem["tests"]) == 3  # public + the compressed private ones
-    right = "n = int(input())\nprint(sum(map(int, input().split())))"
-    assert livecodebench.score(stdin_problem, fenced("print(0)") + fenced(right))[1:] == (1.0, "passed")
+    if "while True" in program:
+        stdin_problem = {**stdin_problem, "inputs": ["3\n1 2 3\n"], "outputs": ["6\n"]}
+    assert livecodebench.score(stdin_problem, fenced(program))[1] == float(passes)
+
+
+@pytest.mark.parametrize("program, passes", list(TWO_SUM_VERDICTS.items()), ids=range(len(TWO_SUM_VERDICTS)))
+def test_lcb_call_based_verdicts_are_the_official_runners(program, passes):
+    assert livecodebench.score(lcb_problems()[1].reference, fenced(program))[1] == float(passes)
+
+
+def test_lcb_verdict_details():
+    stdin_problem = lcb_problems()[0].reference
+    assert len(stdin_problem["inputs"]) == 3  # public + the compressed private ones
+    assert livecodebench.score(stdin_problem, fenced("print(0)") + fenced(SUM_RIGHT))[1:] == (1.0, "passed")
     wrong = "n = int(input())\nprint(sum(map(int, input().split())) + 1)"
     assert livecodebench.score(stdin_problem, fenced(wrong))[1:] == (0.0, "test 0: wrong answer")
-    crashing = "raise RuntimeError('boom')"
-    assert livecodebench.score(stdin_problem, fenced(crashing))[2] == "test 0: RuntimeError: boom"
+    assert livecodebench.score(stdin_problem, fenced("raise RuntimeError('boom')"))[2] == "test 0: RuntimeError: boom"
+    passed, verdict = code_runner.judge("import os\nos._exit(3)", ["1\n"], ["1"], timeout_s=1)
+    assert not passed and verdict.startswith("sandbox crash")
+    passed, verdict = code_runner.judge("while True:\n    pass", ["1\n"], ["1"], timeout_s=1)
+    assert not passed and verdict == "test 0: time limit exceeded"
+    big = "x" * 300_000   # inputs and outputs larger than one sandbox message go in pieces
+    assert code_runner.judge("print(input() * 2)", [big], [big * 2]) == (True, "passed")
 
 
-def test_lcb_functional_problem_in_the_sandbox():
-    leetcode = lcb_problems()[1].reference
-    assert leetcode["fn_name"] == "twoSum"
-    right = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
-             "        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n"
-             "                return (seen[target - x], i)\n            seen[x] = i")
-    assert livecodebench.score(leetcode, fenced(right))[1] == 1.0  # a tuple counts as the list
-    assert livecodebench.score(leetcode, fenced(right.replace("return (seen[target - x], i)", "return [i]")))[1] == 0.0
+CHEAT = r'''
+import gc, sys
+found = []
+frame = sys._getframe()
+while frame is not None:   # the frames that run the program: the tests' expected outputs?
+    found += [v for v in list(frame.f_locals.values()) + list(frame.f_globals.values()) if isinstance(v, (list, dict))]
+    frame = frame.f_back
+found += [o for o in gc.get_objects() if isinstance(o, (list, dict))]
+for obj in found:
+    for item in (obj if isinstance(obj, list) else [obj]):
+        if isinstance(item, dict) and "output" in item:
+            print(item["output"])
+            raise SystemExit
+try:
+    print(open(PATH).read(), end="")   # the data file, in a directory the sandbox hides (/tmp)
+    raise SystemExit
+except OSError:
+    pass
+import eval.code_runner as runner   # the comparison, if it ran here
+runner.same_stdout = runner.same_result = lambda *args: True
+print("passed")
+'''
 
 
-def test_programs_that_hang_or_kill_their_process_score_zero():
-    tests = [{"kind": "stdin", "input": "1\n", "output": "1"}]
-    value, verdict = livecodebench.judge("while True:\n    pass", tests, per_test_s=0.5)
-    assert value == 0.0 and "time limit" in verdict
-    value, verdict = livecodebench.judge("import os\nos._exit(3)", tests, per_test_s=0.5)
-    assert value == 0.0 and verdict.startswith("sandbox crash")
+def test_a_program_cannot_see_or_change_its_verdict(tmp_path):
+    """Expected outputs never enter the program's process: walking frames and the heap, reading the
+    data file, patching the comparison or printing "passed" all score 0."""
+    (tmp_path / "expected.txt").write_text("6\n")
+    stdin_problem = {**lcb_problems()[0].reference, "inputs": ["3\n1 2 3\n"], "outputs": ["6\n"]}
+    cheat = CHEAT.replace("PATH", repr(str(tmp_path / "expected.txt")))
+    assert livecodebench.score(stdin_problem, fenced(cheat))[1:] == (0.0, "test 0: wrong answer")
+    always_equal = "class Yes:\n    def __eq__(self, other):\n        return True\n\n\nclass Solution:\n" \
+                   "    def twoSum(self, nums, target):\n        return Yes()"
+    assert livecodebench.score(lcb_problems()[1].reference, fenced(always_equal))[1:] == (0.0, "test 0: wrong answer")
 
 
 def test_humaneval_scorer():
