@@ -16,11 +16,9 @@ paper's order (METHOD.md 0). The set-up is harness/setup.py; dividing a phase's 
 backend/launch.py's `divide`. Not here: a batch trimmed to a fixed size, retries of FAILED plays.
 spade.py starts the ranks of one node itself; several nodes start under torchrun (README, Beyond one node).
 """
-import argparse
 import contextlib
 import dataclasses
 import importlib.util
-import inspect
 import re
 import sys
 import time
@@ -35,7 +33,9 @@ try:   # no torch below this line's imports: a bad flag is one sentence in a sec
     from designer import Setting
     from envs import GAME_SKILLS, TOOL_SKILLS
     from backend import launch
-    from harness.checkpoint import read_pointer, save_checkpoint
+    from harness import cli
+    from harness.checkpoint import save_checkpoint
+    from harness.cli import flag
 except ModuleNotFoundError as e:   # a Python without the packages: the venv that `make` builds has them
     raise SystemExit(f"spade.py: {e}; run it with .venv/bin/python (`make` builds it) or pip install -r "
                      f"requirements.txt") from None
@@ -188,56 +188,15 @@ RESUMABLE = ("resume", "steps", "save_every", "engine", "tp", "wandb")
 
 
 def parse_config(argv):
-    """The Config of a command line. --help shows each knob's value in a plain `python spade.py` and
-    the layer that set it."""
-    values, source = merge(layers({}))
-    parser = argparse.ArgumentParser(
-        prog="spade.py", usage="python spade.py [--knob VALUE ...] | config|plan [--knob VALUE ...] | report out/<run>",
-        description=f"{__doc__.splitlines()[0]} Each knob's help ends with [the value a plain `python spade.py` "
-                    f"uses, the layer that set it] (layers, each over those before it: "
-                    f"{', '.join(name for name, _ in layers({}))}; METHOD.md 7.3). `python spade.py config "
-                    f"--knob VALUE ...` prints every value of a command line with its layer.",
-        epilog="python spade.py report out/<run>: a run's plots and HTML page (harness/report.py)")
-    for title, knobs in knob_groups():
-        group = parser.add_argument_group(title)
-        for name, meaning in knobs:
-            field = Config.__dataclass_fields__[name]
-            plain = values[name] if values[name] != "" else '""'
-            plain = ("on" if plain else "off") if field.type is bool else plain
-            paper = "" if source[name] == "default" else f"; default {field.default!r}"
-            text = f"{meaning} [{plain}, {source[name]}{paper}]".replace("%", "%%")
-            if field.type is bool:
-                group.add_argument(flag(name), action="store_true", help=text)
-            else:
-                names = choices().get(name)
-                group.add_argument(flag(name), type=field.type, help=text, metavar="{" + ",".join(names) + "}"
-                                   if names else {int: "N", float: "X"}.get(field.type, "TEXT"))
-    # Given = on the command line; `is not` keeps an explicit 0 (e.g. --kl-coef 0 for tool use).
-    given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None and v is not False}
-    given = launch.after_restart(given, Config.out)   # torchrun --max-restarts: go on from the last checkpoint
-    return resumed_config(given) if given.get("resume") else configure(given)
-
-
-def knob_groups():
-    """[(group, [(knob, its meaning)])] as Config's comments give them, in its order."""
-    groups = []
-    for line in inspect.getsource(Config).splitlines():
-        heading, knob = re.match(r"    # (.+)$", line), re.match(r"    (\w+): .*?#\s*(.+)$", line)
-        if heading:
-            groups.append((heading[1], []))
-        elif knob:
-            groups[-1][1].append(knob.groups())
-    return groups
+    """The Config of a command line: its flags and --help (harness/cli.py), the layers merged, or
+    --resume's saved config with what a command line may change."""
+    return cli.parse_config(sys.modules[__name__], argv)
 
 
 def choices():
     """The knobs that take one of a few names, and those names (a fork's new setting or reward included)."""
     return dict(setting=list(SETTINGS), designer_reward=list(regret.DESIGNER_REWARDS), thinking=["on", "off"],
                 engine=["auto", "hf", "vllm"])
-
-
-def flag(knob):
-    return "--" + knob.replace("_", "-")
 
 
 def layers(given, saved=None):
@@ -285,29 +244,6 @@ def table_key(model):
     ['qwen3-8b', 'qwen3-4b', 'qwen3-8b', 'random-qwen3-8b:4']
     """
     return re.sub(r"-instruct(-\d+)?$", "", model.rstrip("/").rsplit("/", 1)[-1].lower())
-
-
-def resumed_config(given):
-    """--resume: the run's saved config, with what RESUMABLE lets a command line change (more --steps extend
-    it; --wandb holds for this invocation only). Any other flag that changes the config is refused in one
-    sentence, as is a saved config of another version's knobs or of a setting this program lacks."""
-    latest, pointer = Path(given["resume"]) / "latest", read_pointer(given["resume"])
-    stored = {**pointer["config"], "wandb": False}
-    unknown = sorted(set(stored) - {f.name for f in dataclasses.fields(Config)})
-    if unknown:
-        raise SystemExit(f"spade.py: {latest} was written by another version of spade.py (its knobs {unknown})")
-    if stored.get("setting", Config.setting) not in SETTINGS:   # a fork's, such as the toy's
-        raise SystemExit(f"spade.py: {given['resume']} is a run of the setting {stored['setting']!r}, which only "
-                         f"its own program defines (the toy's: python -m toy --resume {given['resume']})")
-    saved, wanted = configure({}, saved=stored), configure(given, saved=stored)
-    changed = [f"{flag(f.name)} (saved: {getattr(saved, f.name)})" for f in dataclasses.fields(Config)
-               if f.name not in RESUMABLE and getattr(wanted, f.name) != getattr(saved, f.name)]
-    if changed:
-        raise SystemExit(f"spade.py: a resumed run keeps its saved config; {', '.join(changed)} cannot "
-                         f"change (these can: {', '.join(map(flag, RESUMABLE))})")
-    if wanted.steps <= pointer["step"]:
-        raise SystemExit(f"spade.py: {given['resume']} is at step {pointer['step']} already: give more --steps")
-    return wanted
 
 
 def main(argv=None):

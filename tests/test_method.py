@@ -64,7 +64,7 @@ MODULES = {"spade": "spade.py", "designer": "designer.py", "agent": "agent.py", 
            "regret": "regret.py", "grpo": "grpo.py", "sandbox": "sandbox/__init__.py",
            "contract": "sandbox/contract.py", "forkserver": "sandbox/forkserver.py", "confine": "sandbox/confine.py",
            "engine": "backend/engine.py", "models": "backend/models.py", "launch": "backend/launch.py", "chat": "backend/chat.py",
-           "checkpoint": "harness/checkpoint.py", "report": "harness/report.py", "setup": "harness/setup.py", "plan": "harness/plan.py",
+           "checkpoint": "harness/checkpoint.py", "cli": "harness/cli.py", "report": "harness/report.py", "setup": "harness/setup.py", "plan": "harness/plan.py",
            "fused": "compute/fused.py", "packing": "compute/packing.py", "attention": "compute/attention.py",
            "rlve": "baselines/rlve.py", "envs": "envs/__init__.py", "prompts": "prompts/__init__.py"}
 OFFICIAL_NAMES = {"spade.core.envs.tool_use_base_env"}   # the official package path a game may import from

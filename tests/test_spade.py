@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import checkpoint
+from harness import checkpoint, cli
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--model", "tiny", "--steps", "2", "--regen-interval", "2", "--num-envs", "2", "--plays-per-env", "2",
@@ -288,11 +288,11 @@ def test_help_shows_what_a_plain_run_uses_and_where_it_comes_from_in_the_readmes
     assert "[0.6, default]" in text and "(default: " not in text
     assert "--setting {games,tool_use}" in text and "--thinking {on,off}" in text and "--engine {auto,hf,vllm}" in text
     assert "--designer-reward {blend,solve_rate,regret_based,learning_potential}" in text
-    groups = spade.knob_groups()
+    groups = cli.knob_groups(spade.Config)
     assert sum(len(knobs) for _, knobs in groups) == len(dataclasses.fields(spade.Config))
     assert [h for h in re.findall(r"^(\S.*):$", raw, re.M) if h != "options"] == [title for title, _ in groups]
     readme = re.findall(r"^\| ([^|`]+?) \| (`--.+`) \|$", (ROOT / "README.md").read_text(), re.M)
-    assert readme == [(title, ", ".join(f"`{spade.flag(k)}`" for k, _ in knobs)) for title, knobs in groups]
+    assert readme == [(title, ", ".join(f"`{cli.flag(k)}`" for k, _ in knobs)) for title, knobs in groups]
 
 
 def test_the_config_verb_shows_every_value_under_the_layer_that_set_it(capsys):
