@@ -6,7 +6,8 @@
 
 Every engine has `generate(prompts, params) -> list[Completion]` (the new token ids, the log-prob of
 each under the *processed* sampling distribution, i.e. after temperature / top-k / top-p, and why it
-stopped), `sleep()`, `wake_up()`, `load_weights(named_tensors)`, `independent()` (a context in which this
+stopped), `score(sequences)` (the log-prob of each given token after the first at temperature 1, no
+filters: what infra/sync.py compares with the trainer's after every weight push), `sleep()`, `wake_up()`, `load_weights(named_tensors)`, `independent()` (a context in which this
 rank may generate without the other ranks; it yields whether it can), `.tokenizer` and `.eos_token_ids`.
 `HFEngine` generates with the trainer's own transformers model (our decode loop, see its docstring);
 `VLLMEngine` runs vLLM in this process, asleep while the trainer updates the weights. Not here:
@@ -176,16 +177,36 @@ class HFEngine:
             return []
         assert all(len(p) > 0 for p in prompts), "every prompt needs at least one token"
         assert params.max_new_tokens >= 1, "max_new_tokens must be at least 1"
+        with self._as_engine() as fits:
+            if not fits and not self.warned and os.environ.get("RANK", "0") == "0":
+                print("WARNING: the sharded model does not fit whole beside a KV cache, so decoding "
+                      "all-gathers its weights for every token (slow); vLLM is the engine for this")
+                self.warned = True
+            return self._generate(prompts, params)
+
+    def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """The log-prob of each token after the first of each sequence at temperature 1, no top-k or top-p
+        (as vLLM's prompt log-probs): how this engine's weights see given tokens. A forward of each sequence
+        as `generate` runs the model (decode attention, gathered weights)."""
+        assert all(len(s) >= 2 for s in sequences), "a scored sequence needs at least two tokens"
+        scores = []
+        with self._as_engine():
+            for sequence in sequences:
+                ids = torch.tensor([sequence], device=self.model.device)
+                logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
+                scores.append(logits.log_softmax(-1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist())
+        return scores
+
+    @contextlib.contextmanager
+    def _as_engine(self):
+        """The model as the engine runs it: eval mode (the trainer's comes back after), no gradients, the
+        decode attention, and gathered under FSDP2 where it fits (yields whether it does)."""
         was_training = self.model.training
-        self.model.eval()  # no dropout while sampling; the trainer's settings come back afterwards
+        self.model.eval()
         try:
             whole = gathered(self.model) if self.sharded and not self.whole else contextlib.nullcontext(True)
             with torch.no_grad(), attention.implementation(self.model, "decode"), whole as fits:
-                if not fits and not self.warned and os.environ.get("RANK", "0") == "0":
-                    print("WARNING: the sharded model does not fit whole beside a KV cache, so decoding "
-                          "all-gathers its weights for every token (slow); vLLM is the engine for this")
-                    self.warned = True
-                return self._generate(prompts, params)
+                yield fits
         finally:
             self.model.train(was_training)
 
@@ -418,6 +439,17 @@ class VLLMEngine:
         for prompts, _ in calls:
             starts.append(starts[-1] + len(prompts))
         return [completions[a:b] for a, b in zip(starts, starts[1:])]
+
+    def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """The log-prob of each token after the first of each sequence, vLLM's prompt log-probs: at temperature
+        1 with no top-k or top-p whatever the sampling params (and `logprobs_mode`), never from the prefix
+        cache (vLLM skips reading it for a request that asks for prompt log-probs)."""
+        assert not self.asleep, "score() while asleep: call wake_up() first"
+        assert all(len(s) >= 2 for s in sequences), "a scored sequence needs at least two tokens"
+        params = self.vllm.SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate([{"prompt_token_ids": list(s)} for s in sequences], params, use_tqdm=False)
+        return [[scores[token].logprob for scores, token in zip(out.prompt_logprobs[1:], s[1:])]
+                for out, s in zip(outputs, sequences)]
 
     @contextlib.contextmanager
     def independent(self):

@@ -19,7 +19,7 @@ import sandbox
 from baselines import rlve
 from designer import builtin_corpus, load_corpus
 from envs import load_pool
-from infra import engine, models, report
+from infra import engine, models, report, sync
 from infra.checkpoint import claimed, damaged, kl_reference, read_pointer, restore
 from infra.launch import (RankAgreement, TensorParallelGroup, from_rank_0, install_sigint_handler, node_size,
                           restarts, setup_distributed)
@@ -50,6 +50,7 @@ class Run:
     state: dict
     setting: object    # designer.Setting: what makes this run's setting (spade.SETTINGS)
     stop: object       # set by Ctrl-C (launch.install_sigint_handler)
+    probe: list        # token sequences the engine and the trainer score before every step (infra/sync.py)
 
 
 def set_up(cfg, setting):
@@ -100,8 +101,9 @@ def set_up(cfg, setting):
     elif memory is not None and not memory.records:
         memory.seed_from(seeds)
     log.config(sandbox=isolation)
+    probe = sync.probe_sequences(tokenizer, setting, skills, seeds, cfg.max_turns)
     return Run(cfg, run_dir, log, rank, world, device, corpus, fixed_pool, model, tokenizer, gen, ref_model,
-               optimizer, params, skills, seeds, memory, state, setting, install_sigint_handler())
+               optimizer, params, skills, seeds, memory, state, setting, install_sigint_handler(), probe)
 
 
 def engine_kind(cfg, device):
