@@ -191,3 +191,10 @@ def test_vllm_gaps_after_correct_and_faulty_pushes(tiny, probe):
 @needs_vllm
 def test_a_vllm_run_whose_push_skips_a_tensor_stops_before_it_plays_the_next_step(tmp_path):
     assert_stopped_before_step_1(*stopped_run(tmp_path, "skip", "--engine", "vllm"), "VLLMEngine")
+
+
+def test_probe_bench_runs_at_a_tiny_size(capsys):
+    from bench import probe_bench
+    row = probe_bench.main(["--runs", "tiny"])["tiny"]
+    assert row["steps"] == 1 and 0 < row["probe"] < row["step"] and 0 < row["share"] < 1 and row["gap"] <= 1e-6
+    assert "| a tiny run (tests) | 1 |" in capsys.readouterr().out
