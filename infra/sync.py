@@ -27,12 +27,12 @@ from infra import models
 PROBE_TOKENS = 128   # the tail of each probe prompt: enough tokens for a mean, a forward of little cost
 
 # The gap above which the engine is not the trainer's, by the coarser of the two compute dtypes. Measured
-# on a 2-core CPU (README, Engines): healthy fp32 engines stay within 1e-5 (HFEngine ~1e-7, vLLM's CPU
-# build ~3e-6), and a bf16 engine beside an fp32 trainer within ~0.03 on SmolLM2-135M's real weights,
-# where Slime's bf16 runs report 0.02-0.03 on their rollouts and its CI fails above 0.1. bf16 keeps 8
-# bits of mantissa to fp32's 24, so the same computation disagrees ~10^4 times more; every fault tried
-# (one tensor not pushed, a layer zeroed, a stale rotary table) gives 0.05 to several nats on the random
-# tiny model and more on a trained one.
+# on a 2-core CPU (README, Engines): fp32 engines read 0 (HFEngine) and at most 6e-6 (vLLM's CPU build,
+# SmolLM2-135M); bf16 engines beside an fp32 trainer 0.01 (tiny) and 0.04 (SmolLM2's real weights), and
+# Slime's bf16 runs log 0.02-0.03 on their rollouts (its CI fails above 0.1). Every fault tried (a tensor
+# not pushed after a sleep zeroed the weights, a layer pushed as zeros, a stale rotary table) reads 0.5
+# to 8. bf16 keeps 8 bits of mantissa to fp32's 24, so its bound is the fault's side of that gap, with
+# room for deeper models and MoE routing that flips under rounding; fp32's is 170x vLLM's worst.
 BOUNDS = {torch.float32: 1e-3, torch.bfloat16: 0.25, torch.float16: 0.25}
 
 
