@@ -153,6 +153,7 @@ def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
     assert json.loads((run_dir / "env_memory.json").read_text()) == saved_memory   # no regen step after 0
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(4))        # the killed step's line, if any, is gone
+    assert all(m["sync/logprob_gap"] <= 1e-6 for m in metrics)   # the resumed engine probed before its first step
     # The first resumed step's policy has trained weights: its KL to the initial model is not 0 (a
     # reference copied from the resumed weights would give exactly 0).
     assert metrics[0]["grpo/kl"] == 0 and metrics[-(4 - saved)]["grpo/kl"] > 0
