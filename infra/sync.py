@@ -1,7 +1,7 @@
 """Does the engine sample from the trainer's weights? A fixed probe, scored by both, before every step.
 
-    probe = probe_sequences(tokenizer, setting, seeds)   # once, at set-up (infra/run.py)
-    metrics.update(check(run, step))                     # spade.train, before the step's plays
+    probe = probe_sequences(tokenizer, setting, skills, seeds)   # once, at set-up (infra/run.py)
+    metrics.update(check(run, step))                             # spade.train, before the step's plays
 
 The trainer pushes its weights into the engine after every update (grpo.push_weights). A push that
 misses a tensor, a layer left zeroed by a sleep, or a buffer the engine lost (vLLM's level-2 sleep
@@ -78,7 +78,8 @@ def check(run, step) -> dict:
     gap = logprob_gap(run.gen, run.model, run.probe)
     if run.world > 1:
         import torch.distributed as dist
-        worst = torch.tensor([gap], device="cuda" if torch.cuda.is_available() else "cpu")
+        worst = torch.tensor([gap if gap == gap else float("inf")],   # NaN as inf: MAX may skip a NaN
+                             device="cuda" if torch.cuda.is_available() else "cpu")
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
         gap = worst.item()
     limit = bound(run.model, run.gen)
