@@ -186,16 +186,16 @@ class HFEngine:
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
         """The log-prob of each token after the first of each sequence at temperature 1, no top-k or top-p
-        (as vLLM's prompt log-probs): how this engine's weights see given tokens. A forward of each sequence
-        as `generate` runs the model (decode attention, gathered weights)."""
+        (as vLLM's prompt log-probs): how this engine's weights see given tokens. One forward of the sequences
+        as `generate` runs the model (decode attention, gathered weights), right-padded: causal attention
+        keeps the padding out of every real token's view."""
         assert all(len(s) >= 2 for s in sequences), "a scored sequence needs at least two tokens"
-        scores = []
+        width = max(len(s) for s in sequences)
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in sequences], device=self.model.device)
         with self._as_engine():
-            for sequence in sequences:
-                ids = torch.tensor([sequence], device=self.model.device)
-                logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
-                scores.append(logits.log_softmax(-1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist())
-        return scores
+            logits = self.model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+        scores = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1).tolist()
+        return [row[: len(s) - 1] for row, s in zip(scores, sequences)]
 
     @contextlib.contextmanager
     def _as_engine(self):

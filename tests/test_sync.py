@@ -84,6 +84,8 @@ def test_the_engines_score_is_the_teacher_forced_distribution(tiny, probe):
     expected = logits.log_softmax(-1).gather(-1, torch.tensor(probe[0][1:])[:, None]).squeeze(-1)
     assert [len(s) for s in scores] == [len(s) - 1 for s in probe]
     torch.testing.assert_close(torch.tensor(scores[0]), expected, atol=1e-5, rtol=0)
+    shorter = engine.HFEngine(model, tokenizer).score([probe[0][:50], probe[1]])   # right-padded, as alone
+    torch.testing.assert_close(torch.tensor(shorter[0]), expected[:49], atol=1e-5, rtol=0)
 
 
 def test_after_a_correct_push_the_gap_is_at_rounding_level(tiny, probe):
