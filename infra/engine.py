@@ -7,8 +7,9 @@
 Every engine has `generate(prompts, params) -> list[Completion]` (the new token ids, the log-prob of
 each under the *processed* sampling distribution, i.e. after temperature / top-k / top-p, and why it
 stopped), `score(sequences)` (the log-prob of each given token after the first at temperature 1, no
-filters: what infra/sync.py compares with the trainer's after every weight push), `sleep()`, `wake_up()`, `load_weights(named_tensors)`, `independent()` (a context in which this
-rank may generate without the other ranks; it yields whether it can), `.tokenizer` and `.eos_token_ids`.
+filters: what infra/sync.py compares with the trainer's after every weight push), `sleep()`,
+`wake_up()`, `load_weights(named_tensors)`, `independent()` (a context in which this rank may generate
+without the other ranks; it yields whether it can), `.tokenizer` and `.eos_token_ids`.
 `HFEngine` generates with the trainer's own transformers model (our decode loop, see its docstring);
 `VLLMEngine` runs vLLM in this process, asleep while the trainer updates the weights. Not here:
 paged attention, prefix sharing and continuous batching in `HFEngine` (vLLM has them), stop strings
@@ -199,8 +200,8 @@ class HFEngine:
 
     @contextlib.contextmanager
     def _as_engine(self):
-        """The model as the engine runs it: eval mode (the trainer's comes back after), no gradients, the
-        decode attention, and gathered under FSDP2 where it fits (yields whether it does)."""
+        """The model as the engine runs it: eval mode (no dropout; the trainer's mode comes back after), no
+        gradients, the decode attention, and gathered under FSDP2 where it fits (yields whether it does)."""
         was_training = self.model.training
         self.model.eval()
         try:
