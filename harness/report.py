@@ -32,7 +32,8 @@ CURVES = [("agent/reward", "agent reward (mean episode return)", (-1, 1)),
 SHOWN = [("agent/reward", "reward", "{:+.3f}"), ("designer/reward", "designer", "{:.3f}"),
          ("designer/valid_rate", "valid", "{:.2f}"), ("designer/regret", "regret", "{:+.3f}"),
          ("agent/band_share", "band", "{:.2f}"), ("agent/samples", "trained", "{:d}"), ("tokens_per_s", "tok/s", "{:.0f}"),
-         ("rlve/mean_top_level", "rlve level", "{:.2f}"), ("grpo/loss", "loss", "{:+.4f}")]
+         ("rlve/mean_top_level", "rlve level", "{:.2f}"), ("grpo/loss", "loss", "{:+.4f}"),
+         ("sync/logprob_gap", "gap", "{:.2g}")]
 
 
 def eta(steps, steps_left, regens_left):
@@ -298,7 +299,8 @@ def write_html(run_dir, metrics, samples, rejected, path, plays=()):
 <details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>""")
     body = "\n".join(cards) or ("<p>A baseline run: no designer.</p>" if is_baseline else
                                  "<p>None: the rejected attempts are below, and what the agent played under Plays.</p>")
-    isolation = sandbox_line(run_dir) + (f'<p style="color:#b00;font-weight:bold">{note}</p>' if note else "")
+    isolation = sandbox_line(run_dir) + sync_line(metrics) + (
+        f'<p style="color:#b00;font-weight:bold">{note}</p>' if note else "")
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {shown(Path(run_dir).name)}</title>
 <style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;
 overflow-x:auto;white-space:pre-wrap}} section{{border-top:1px solid #ccc;margin-top:1.5em}} .msg.assistant pre{{background:#eef5ff}}
@@ -317,6 +319,16 @@ def sandbox_line(run_dir):
         return ""
     style = ' style="color:#b00;font-weight:bold"' if "MISSING" in isolation else ""
     return f"<p{style}>sandbox: {shown(isolation)}</p>"
+
+
+def sync_line(metrics):
+    """The largest engine-trainer log-prob gap of the run (harness/sync.py), and at which step."""
+    gaps = [(m["sync/logprob_gap"], m["step"]) for m in metrics if isinstance(m.get("sync/logprob_gap"), (int, float))]
+    if not gaps:
+        return ""
+    gap, step = max(gaps)
+    return (f"<p>engine and trainer: at most {gap:.2g} nats per token apart on the fixed probe (step {step}; "
+            f"sync/logprob_gap)</p>")
 
 
 def main(argv=None):

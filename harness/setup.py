@@ -20,7 +20,7 @@ from baselines import rlve
 from designer import builtin_corpus, load_corpus
 from envs import load_pool
 from backend import engine, models
-from harness import report
+from harness import report, sync
 from harness.checkpoint import claimed, damaged, kl_reference, read_pointer, restore
 from backend.launch import (RankAgreement, TensorParallelGroup, from_rank_0, install_sigint_handler, node_size,
                           restarts, setup_distributed)
@@ -51,6 +51,7 @@ class Run:
     state: dict
     setting: object    # designer.Setting: what makes this run's setting (spade.SETTINGS)
     stop: object       # set by Ctrl-C (launch.install_sigint_handler)
+    probe: list        # token sequences the engine and the trainer score before every step (harness/sync.py)
 
 
 def set_up(cfg, setting):
@@ -101,8 +102,9 @@ def set_up(cfg, setting):
     elif memory is not None and not memory.records:
         memory.seed_from(seeds)
     log.config(sandbox=isolation)
+    probe = sync.probe_sequences(tokenizer, setting, skills, seeds, cfg.max_turns)
     return Run(cfg, run_dir, log, rank, world, device, corpus, fixed_pool, model, tokenizer, gen, ref_model,
-               optimizer, params, skills, seeds, memory, state, setting, install_sigint_handler())
+               optimizer, params, skills, seeds, memory, state, setting, install_sigint_handler(), probe)
 
 
 def engine_kind(cfg, device):

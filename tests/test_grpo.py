@@ -41,6 +41,7 @@ def test_grpo_loss_worked_example():
     assert stats["clip_fraction"].item() == pytest.approx(2 / 3)
     assert stats["tis_weight"].item() == pytest.approx(4 / 3)
     assert stats["tis_capped_fraction"].item() == pytest.approx(1 / 3)
+    assert stats["rollout_logprob_gap"].item() == pytest.approx(LOG(3.0) / 3)   # |old - rollout|: 0, log 3, 0
     assert stats["num_loss_tokens"].item() == 3
     assert stats["kl"].item() == 0
 
@@ -225,6 +226,7 @@ def test_the_update_scores_at_the_training_temperature_and_weighs_by_the_rollout
     weights = torch.exp(at(1.0) - at(0.6)).clamp(max=2.0)[mask]
     assert stats["tis_weight"] == pytest.approx(weights.mean().item(), rel=1e-5)
     assert stats["tis_capped_fraction"] == pytest.approx((weights == 2.0).float().mean().item())
+    assert stats["rollout_logprob_gap"] == pytest.approx((at(1.0) - at(0.6))[mask].abs().mean().item(), rel=1e-5)
     assert not torch.allclose(weights, torch.ones_like(weights), atol=0.05)     # the two temperatures differ
     reference = tiny_model()
     logp = torch.log_softmax(reference(input_ids=tokens).logits[0, :-1].float(), -1).gather(-1, targets[:, None])[:, 0]
@@ -277,7 +279,8 @@ def test_fused_loss_equals_logprobs_then_loss(route, cpu_varlen):
         results.append((grpo.accumulate_gradients(model, samples, fused_loss=fused, **kwargs), grads_of(model)))
     (plain, plain_grads), (fused, fused_grads) = results
     assert plain["num_micro_batches"] > 1 and plain["kl"] > 1e-3
-    for key in ("loss", "pg_loss", "kl", "clip_fraction", "tis_weight", "tis_capped_fraction", "num_loss_tokens"):
+    for key in ("loss", "pg_loss", "kl", "clip_fraction", "tis_weight", "tis_capped_fraction", "num_loss_tokens",
+                "rollout_logprob_gap"):
         assert fused[key] == pytest.approx(plain[key], rel=1e-6, abs=1e-6), key   # float32 sums, other order
     assert fused_grads.keys() == plain_grads.keys()
     for name, grad in fused_grads.items():

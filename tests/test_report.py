@@ -28,13 +28,16 @@ def test_log_then_report(tmp_path, capsys):
     log.samples(0, regen, episodes, {env.env_id: dict(win_rate=0.5, regret=0.25)})
     extra = {"designer/regret": 0.25, "designer/env_lines": 2.0}
     for step in range(3):
-        log.step({"step": step, "seconds": 1.0, "agent/reward": 0.1 * step, "designer/valid_rate": 0.5, **extra})
+        log.step({"step": step, "seconds": 1.0, "agent/reward": 0.1 * step, "designer/valid_rate": 0.5, **extra,
+                  "sync/logprob_gap": [3e-7, 1e-6, 2e-7][step]})
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step")]
     assert [line.rsplit("| ", 1)[1] for line in lines] == ["eta 9s", "eta 8s", "eta 7s"]  # 1 s a step, 10 steps
+    assert "| gap 1e-06 |" in lines[1]
     report.main([str(tmp_path)])
     page = (tmp_path / "report" / "index.html").read_text()
     assert env.env_id in page and "Weigh before you load." in page and "class KnapEnv" in page
     assert "Rejected designer attempts (1)" in page and "SyntaxError: bad" in page and "\\boxed{x}" in page
+    assert "engine and trainer: at most 1e-06 nats per token apart on the fixed probe (step 1;" in page
     assert (tmp_path / "report" / "curriculum.png").stat().st_size > 10_000
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
 

@@ -51,6 +51,8 @@ def test_self_play_two_steps(tmp_path):
     run_dir = tmp_path / "selfplay"
     metrics = assert_trained(run_dir, 2)
     assert "designer/valid_rate" in metrics[0] and "agent/reward" in metrics[0]
+    # The engine is the trainer's own model: the probe before each step finds no gap (harness/sync.py)
+    assert all(m["sync/logprob_gap"] <= 1e-6 and m["time/probe"] > 0 for m in metrics) and "| gap 0 |" in result.stdout
     memory = json.loads((run_dir / "env_memory.json").read_text())
     assert len(memory) >= 4     # seeded from envs/ (2 per skill of the preset), then the new environments
     assert "step    0 |" in result.stdout and "designer:" in result.stdout
@@ -151,6 +153,7 @@ def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
     assert json.loads((run_dir / "env_memory.json").read_text()) == saved_memory   # no regen step after 0
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(4))        # the killed step's line, if any, is gone
+    assert all(m["sync/logprob_gap"] <= 1e-6 for m in metrics)   # the resumed engine probed before its first step
     # The first resumed step's policy has trained weights: its KL to the initial model is not 0 (a
     # reference copied from the resumed weights would give exactly 0).
     assert metrics[0]["grpo/kl"] == 0 and metrics[-(4 - saved)]["grpo/kl"] > 0
@@ -317,7 +320,8 @@ def test_self_play_with_the_vllm_engine(tmp_path):
     # The trainer and a separate vLLM engine: every step's new weights must be pushed into vLLM.
     result = spade(*FAST, "--engine", "vllm", "--out", str(tmp_path / "vllm"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert_trained(tmp_path / "vllm", 2)
+    metrics = assert_trained(tmp_path / "vllm", 2)
+    assert all(m["sync/logprob_gap"] <= 1e-5 for m in metrics)   # fp32 on both sides: the push is whole
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test-vllm)")
