@@ -7,8 +7,8 @@ paper (global batch = rollout batch). Top to bottom: `Sample`; the loss as small
 log-probs from the final hidden states of a micro-batch (packing.py: one packed row with
 variable-length attention on CUDA, attention.py, or length-sorted padded rows with SDPA elsewhere)
 through fused.py (no [tokens x vocabulary] logits on CUDA; there the loss and its gradients are
-formed in one sweep, `fused_grpo_loss`); `make_optimizer` (AdamW: METHOD.md 7.2), `update` and `push_weights`
-(FSDP2's sharding is models.shard_model). Tests: tests/test_grpo.py.
+formed in one sweep, `fused_grpo_loss`); `make_optimizer` (AdamW: METHOD.md 7.2) and `update` (FSDP2's sharding is
+models.shard_model; the weight push into the engine is engine.push_weights). Tests: tests/test_grpo.py.
 
 Deliberately not here: several optimizer steps per rollout (so the "old" policy is always the current
 weights, see `accumulate_gradients`), value functions, entropy bonus, sequence-level (GSPO) ratios,
@@ -23,7 +23,6 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -425,25 +424,3 @@ def clip_gradients(params, max_norm: float) -> torch.Tensor:
     norm = squares.sqrt()
     torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
     return norm
-
-
-def full_named_parameters(model, dtype=None) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) one parameter at a time, in `dtype` if given (cast before it is gathered).
-    Under FSDP2 each one is all-gathered on demand (a collective: every rank must iterate, in the same
-    order), so at most one is whole at a time."""
-    for name, param in model.named_parameters():
-        param = param.detach() if dtype is None else param.detach().to(dtype)
-        yield name, param.full_tensor() if hasattr(param, "full_tensor") else param
-
-
-def push_weights(model, engine) -> None:
-    """Load the updated weights into the generation engine, which the caller put to sleep before update.
-
-    Order matters for a sleeping vLLM: its weight memory must be awake before it is written (its
-    `load_weights` wakes the weights first), and the KV cache is woken only after the push, so the
-    two are never resident beside a second copy. The in-process HF engine shares this very model,
-    so there is nothing to copy.
-    """
-    if getattr(engine, "model", None) is not model:   # fp32 master weights go as the engine's bf16
-        engine.load_weights(full_named_parameters(model, getattr(engine, "dtype", None)))
-    engine.wake_up()

@@ -282,17 +282,12 @@ def train(run):
     """
     import agent
     import grpo
-    from harness import sync
     cfg, state = run.cfg, run.state
     for step in range(state["step"], cfg.steps):
         times, metrics, start = {}, {"step": step}, time.perf_counter()
-        # 0. The weight push wakes the engine, asleep through the update and checkpoint (harness/plan.py).
-        with timer(times, "push"):
-            grpo.push_weights(run.model, run.gen)
-        # 0. The engine about to play holds the trainer's weights: both score a fixed probe; a run whose
-        #    engine disagrees stops here, before it plays or trains (harness/sync.py).
-        with timer(times, "probe"):
-            metrics.update(sync.check(run, step))
+        # 0. The weight push wakes the engine, asleep through the update and checkpoint (harness/plan.py);
+        #    an engine that does not hold the trainer's weights stops the run here (harness/sync.py).
+        metrics.update(push(run, step, times))
         # 1. Design -> validate -> hints -> hinted plays, every R steps: the designer writes G environments
         #    from a corpus document and memory, the gate admits them, the policy writes a hint for each and
         #    plays it with the hint (R_hint, never trained). The epoch of the previous pool is now complete.
@@ -328,7 +323,18 @@ def train(run):
     return True
 
 
-# --- 1. a new pool: design, validate, hints, hinted plays ------------------------------------------
+# --- 0. the push; 1. a new pool: design, validate, hints, hinted plays --------------------------------
+def push(run, step, times):
+    """The last update's weights into the engine, which wakes; then the engine and the trainer score a
+    fixed probe: sync/logprob_gap, and a run whose engine disagrees stops before it plays or trains."""
+    from backend import engine
+    from harness import sync
+    with timer(times, "push"):
+        engine.push_weights(run.model, run.gen)
+    with timer(times, "probe"):
+        return sync.check(run, step)
+
+
 @dataclass
 class Regen:
     """A regen step's new pool, for memory and the samples dump: its environments, their hints, the

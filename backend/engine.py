@@ -509,3 +509,25 @@ def make_engine(model, tokenizer, kind: str = "hf", **kwargs):
     if kind not in engines:
         raise ValueError(f"unknown engine {kind!r}: choose one of {sorted(engines)}")
     return engines[kind](model, tokenizer, **kwargs)
+
+
+def full_named_parameters(model, dtype=None) :
+    """(name, full tensor) one parameter at a time, in `dtype` if given (cast before it is gathered).
+    Under FSDP2 each one is all-gathered on demand (a collective: every rank must iterate, in the same
+    order), so at most one is whole at a time."""
+    for name, param in model.named_parameters():
+        param = param.detach() if dtype is None else param.detach().to(dtype)
+        yield name, param.full_tensor() if hasattr(param, "full_tensor") else param
+
+
+def push_weights(model, engine) -> None:
+    """Load the updated weights into the generation engine, which the caller put to sleep before update.
+
+    Order matters for a sleeping vLLM: its weight memory must be awake before it is written (its
+    `load_weights` wakes the weights first), and the KV cache is woken only after the push, so the
+    two are never resident beside a second copy. The in-process HF engine shares this very model,
+    so there is nothing to copy.
+    """
+    if getattr(engine, "model", None) is not model:   # fp32 master weights go as the engine's bf16
+        engine.load_weights(full_named_parameters(model, getattr(engine, "dtype", None)))
+    engine.wake_up()

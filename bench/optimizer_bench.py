@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 import grpo  # noqa: E402
-from backend import models  # noqa: E402
+from backend import engine, models  # noqa: E402
 from backend.launch import free_port  # noqa: E402
 
 BETAS, DECAY = (0.9, 0.98), 0.1   # METHOD.md 7.2
@@ -81,7 +81,7 @@ def change(build, steps, lr, batch):
     """W_steps - W_0 of the tiny model (as fp32, one flat vector) after `steps` updates."""
     torch.manual_seed(0)
     model, optimizer = build(lr)
-    weights = lambda: torch.cat([w.float().flatten() for _, w in grpo.full_named_parameters(model)])
+    weights = lambda: torch.cat([w.float().flatten() for _, w in engine.full_named_parameters(model)])
     start = weights()
     for _ in range(steps):
         grpo.update(model, optimizer, batch, micro_token_budget=4096, temperature=1.0, route="padded")

@@ -3,7 +3,7 @@
     probe = probe_sequences(tokenizer, setting, skills, seeds)   # once, at set-up (harness/setup.py)
     metrics.update(check(run, step))                             # spade.train, before the step's plays
 
-The trainer pushes its weights into the engine after every update (grpo.push_weights). A push that
+The trainer pushes its weights into the engine after every update (engine.push_weights). A push that
 misses a tensor, a layer left zeroed by a sleep, or a buffer the engine lost (vLLM's level-2 sleep
 discards weights and buffers; a rotary table rebuilt wrong) gives an engine that samples from other
 weights, and the run would train on its noise: TIS weighs such tokens down and says nothing, and

@@ -240,7 +240,6 @@ def test_the_push_sends_moe_experts_fused_as_vllms_loader_takes_them(monkeypatch
     # vLLM 0.33's fused-MoE loader takes transformers' packed expert tensors, `experts.gate_up_proj`
     # [E, 2I, H] split along dim 1 with the gate rows first and `experts.down_proj` [E, H, I] (Qwen3-MoE
     # is not `is_fused_checkpoint_transposed`): two tensors a layer, not three per expert.
-    import grpo
 
     class LLM:   # a test double of vllm.LLM: records what reaches the workers
         def collective_rpc(self, method, kwargs):
@@ -254,7 +253,7 @@ def test_the_push_sends_moe_experts_fused_as_vllms_loader_takes_them(monkeypatch
     vllm_engine.llm, vllm_engine.moe, vllm_engine.asleep, vllm_engine.sleep_mode = LLM(), True, set(), False
     vllm_engine.dtype = torch.bfloat16
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)   # a MoE push is CUDA's (refused on CPU)
-    grpo.push_weights(model, vllm_engine)
+    engine.push_weights(model, vllm_engine)
     pushed = dict(vllm_engine.llm.pushed)
     assert pushed.keys() == dict(model.named_parameters()).keys()
     assert [n for n in pushed if ".experts." in n] == [f"model.layers.{layer}.mlp.experts.{p}" for layer in (0, 1)
@@ -428,7 +427,6 @@ def test_vllm_sleep_push_wake_cycle(prompts):
     """A step's cycle on CUDA in one engine (vLLM takes one sleep-mode engine a process; eager: no compile or
     graph capture, so that bench/gpu_check.sh's step fits): generate, sleep through an update, push, wake,
     and generate what the HF engine generates with the updated weights."""
-    import grpo
     model, tokenizer = load_model("tiny", device="cuda", dtype=torch.float32)
     vllm_engine = engine.make_engine(model, tokenizer, kind="vllm", max_model_len=256, gpu_memory_utilization=0.2,
                                      enforce_eager=True)
@@ -443,7 +441,7 @@ def test_vllm_sleep_push_wake_cycle(prompts):
     with torch.no_grad():   # the update, as far as the engine can tell
         for p in model.parameters():
             p.add_(0.5 * torch.randn(p.shape, generator=generator, device="cuda"))
-    grpo.push_weights(model, vllm_engine)   # wakes the weights, writes them, wakes the KV cache
+    engine.push_weights(model, vllm_engine)   # wakes the weights, writes them, wakes the KV cache
     after = vllm_engine.generate(prompts, greedy)
     assert tokens(after) != tokens(before)
     assert tokens(after) == tokens(HFEngine(model, tokenizer).generate(prompts, greedy))

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from compute import attention
 import grpo
-from backend import models
+from backend import engine, models
 from backend.launch import end_rank, free_port
 from compute import packing
 from grpo import Sample
@@ -376,9 +376,9 @@ def test_push_weights_into_an_engine_with_its_own_copy():
     separate = engine.make_engine(copy.deepcopy(model), tokenizer, kind="hf")
     shared = engine.make_engine(model, tokenizer, kind="hf")
     grpo.update(model, torch.optim.SGD(model.parameters(), lr=1.0), random_samples(3, VOCAB))
-    grpo.push_weights(model, shared)  # the same object: nothing to copy
+    engine.push_weights(model, shared)  # the same object: nothing to copy
     assert shared.model is model
-    grpo.push_weights(model, separate)
+    engine.push_weights(model, separate)
     for (name, param), (_, pushed) in zip(model.named_parameters(), separate.model.named_parameters()):
         assert torch.equal(param, pushed), name
 
@@ -417,7 +417,7 @@ def fsdp_update(model, fused_loss=False):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)  # SGD: the update is exactly -lr * grad
     stats = grpo.update(model, optimizer, fsdp_samples(), micro_token_budget=16, max_grad_norm=0.05,
                         fused_loss=fused_loss)
-    return stats, {name: tensor.clone() for name, tensor in grpo.full_named_parameters(model)}
+    return stats, {name: tensor.clone() for name, tensor in engine.full_named_parameters(model)}
 
 
 def fsdp_worker(rank, world_size, port, path, run=fsdp_update, timeout_s=120, compute_dtype=None):
@@ -543,7 +543,7 @@ def test_grpo_learns_a_trivial_environment_family():
                           float(advantages.view(-1)[i])) for i, c in enumerate(completions)]
         hf_engine.sleep()
         grpo.update(model, optimizer, samples, micro_token_budget=512)
-        grpo.push_weights(model, hf_engine)  # shares the model: wakes it, copies nothing
+        engine.push_weights(model, hf_engine)  # shares the model: wakes it, copies nothing
         if expected_reward(model, held_out) >= 0.8:
             break
     print(f"expected reward {start:.2f} -> {expected_reward(model, held_out):.2f} in {step + 1} steps")

@@ -7,7 +7,7 @@ import huggingface_hub
 import pytest
 import torch
 
-from backend import models
+from backend import engine, models
 from backend.models import ModelLoadError, load_model, resolve_model_name
 
 
@@ -76,7 +76,6 @@ def load_sharded_worker(rank, world, port, path, corrupt):
     then two loads that fail on rank 0 (an unknown name; a truncated weights file)."""
     import datetime
     import torch.distributed as dist
-    import grpo
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
                             timeout=datetime.timedelta(seconds=120))
@@ -87,7 +86,7 @@ def load_sharded_worker(rank, world, port, path, corrupt):
         for name in ("tiny", "tiny-moe"):
             model, tokenizer = models.load_sharded(name, device="cpu")
             ids = torch.tensor([tokenizer.encode("<|im_start|>user\nHi there<|im_end|>")])
-            out[name] = dict(weights={key: tensor.clone() for key, tensor in grpo.full_named_parameters(model)},
+            out[name] = dict(weights={key: tensor.clone() for key, tensor in engine.full_named_parameters(model)},
                              buffers=dict(model.named_buffers()), logits=model(input_ids=ids).logits.detach(),
                              ids=ids, template=tokenizer.chat_template, eos=model.generation_config.eos_token_id)
         for bad in ("random-no-such-shape", corrupt):

@@ -17,7 +17,8 @@ import torch
 import grpo
 import spade
 from envs import load_pool
-from backend import engine, models, sync
+from backend import engine, models
+from harness import sync
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
@@ -96,7 +97,7 @@ def test_after_a_correct_push_the_gap_is_at_rounding_level(tiny, probe):
     sample = grpo.Sample(probe[0][:40], [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0)
     grpo.update(model, grpo.make_optimizer(model, lr=1e-2), [sample])
     assert sync.logprob_gap(separate, model, probe) > 1e-2      # not pushed yet: the probe sees it
-    grpo.push_weights(model, separate)
+    engine.push_weights(model, separate)
     for gen in (shared, separate):
         assert sync.check(fake_run(gen, model, probe), 3)["sync/logprob_gap"] <= 1e-6
 
@@ -142,12 +143,16 @@ make = engine.make_engine
 def separate(model, tokenizer, kind="hf", **kwargs):   # the HF engine on a copy: a push has to fill it
     return make(copy.deepcopy(model) if kind == "hf" else model, tokenizer, kind, **kwargs)
 
-def push(model, gen):   # grpo.push_weights with a fault
+pushes, correct = [], engine.push_weights
+
+def push(model, gen):   # engine.push_weights, with a fault from the second push on (the one after step 0)
+    pushes.append(1)
+    if len(pushes) == 1:
+        return correct(model, gen)
     faulty_push(gen, model, fault)
     gen.wake_up()
 
-import grpo
-engine.make_engine, grpo.push_weights = separate, push
+engine.make_engine, engine.push_weights = separate, push
 spade.main(sys.argv[2:])
 """
 
@@ -186,14 +191,14 @@ def test_vllm_gaps_after_correct_and_faulty_pushes(tiny, probe):
     with torch.no_grad():
         moved.model.embed_tokens.weight.add_(0.05 * torch.randn(moved.model.embed_tokens.weight.shape,
                                                                 generator=torch.Generator().manual_seed(0)))
-    grpo.push_weights(moved, gen)
+    engine.push_weights(moved, gen)
     assert sync.logprob_gap(gen, moved, probe) <= 1e-5
-    grpo.push_weights(model, gen)
+    engine.push_weights(model, gen)
     for fault in ("skip", "zero", "stale"):
         faulty_push(gen, model, fault)
         with pytest.raises(SystemExit, match=r"the engine \(VLLMEngine\) scores the fixed probe"):
             sync.check(fake_run(gen, model, probe), 1)
-        grpo.push_weights(model, gen)   # a correct push restores it all, the rotary table aside
+        engine.push_weights(model, gen)   # a correct push restores it all, the rotary table aside
         if fault != "stale":
             assert sync.logprob_gap(gen, model, probe) <= 1e-5
 
