@@ -274,11 +274,10 @@ def train(run):
     """The self-play loop, one policy update a step, in the paper's order (METHOD.md 0). False when a
     Ctrl-C stopped it after a step (its checkpoint saved).
 
-    `run` comes from harness/setup.py's `set_up`: the model, its engine `run.gen` (asleep until a step's push)
-    and `run.params` (agent and designer at --temperature, --top-p, --top-k; hints at T 0.3, top-p 0.9), the
-    KL reference, the optimizer, the corpus, the memory (seeded from the setting's seeds on a fresh run) and
-    `run.state`, what a checkpoint keeps: the step, the pool (empty until the first regen step), the open
-    epoch (None until step 0's `new_pool`), the blacklist, the RNGs and the learning-potential tracker.
+    `run` comes from harness/setup.py's `set_up`: the model, its engine `run.gen` (asleep until a step's
+    push), `run.params` (sampling), the KL reference, the optimizer, the corpus, the memory and `run.state`,
+    what a checkpoint keeps: the step, the pool (empty until the first regen step), the open epoch (None
+    until step 0's `new_pool`), the blacklist, the RNGs and the learning-potential tracker.
     """
     import agent
     import grpo

@@ -68,19 +68,7 @@ def set_up(cfg, setting):
         if restarted:
             log.rewind(0)   # what the lost attempt logged: its steps are played again
         random.seed(cfg.seed), torch.manual_seed(cfg.seed)
-        # The sandbox every environment runs in: started first, so a machine that cannot isolate model-written
-        # code stops here, in one sentence (RLVE's environments are a package's). What the environments grow
-        # from, the corpus or a fixed pool, is read before the model loads: a bad file is an error in seconds.
-        try:
-            isolation = None if cfg.rlve else sandbox.summary()   # the layers that hold, and any missing
-            if isolation:
-                log.print("sandbox: " + isolation)
-            fixed_pool = load_pool(cfg.pool, max_turns=cfg.max_turns) if cfg.pool else None
-            words = cfg.unflagged.corpus_max_words
-            corpus = None if cfg.corpus == "none" or cfg.pool or cfg.rlve else (
-                load_corpus(cfg.corpus, words) if cfg.corpus else builtin_corpus(words))
-        except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
-            raise SystemExit(f"spade.py: {e}")
+        isolation, fixed_pool, corpus = sandbox_and_inputs(cfg, log)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         chosen = memory_plan(cfg, setting, world, node_size(world), log) if device == "cuda" else None
         model, tokenizer, gen, ref_model, optimizer, params = load_trainer(
@@ -105,6 +93,24 @@ def set_up(cfg, setting):
     probe = sync.probe_sequences(tokenizer, setting, skills, seeds, cfg.max_turns)
     return Run(cfg, run_dir, log, rank, world, device, corpus, fixed_pool, model, tokenizer, gen, ref_model,
                optimizer, params, skills, seeds, memory, state, setting, install_sigint_handler(), probe)
+
+
+def sandbox_and_inputs(cfg, log):
+    """(the sandbox's isolation, the fixed pool, the corpus). The sandbox every environment runs in is
+    started first, so a machine that cannot isolate model-written code stops here, in one sentence (RLVE's
+    environments are a package's). What the environments grow from, the corpus or a fixed pool, is read
+    before the model loads: a bad file is an error in seconds."""
+    try:
+        isolation = None if cfg.rlve else sandbox.summary()   # the layers that hold, and any missing
+        if isolation:
+            log.print("sandbox: " + isolation)
+        fixed_pool = load_pool(cfg.pool, max_turns=cfg.max_turns) if cfg.pool else None
+        words = cfg.unflagged.corpus_max_words
+        corpus = None if cfg.corpus == "none" or cfg.pool or cfg.rlve else (
+            load_corpus(cfg.corpus, words) if cfg.corpus else builtin_corpus(words))
+    except (OSError, ValueError, RuntimeError) as e:   # no isolation; a missing or empty corpus; a broken pool
+        raise SystemExit(f"spade.py: {e}")
+    return isolation, fixed_pool, corpus
 
 
 def engine_kind(cfg, device):
