@@ -251,7 +251,7 @@ def test_the_push_sends_moe_experts_fused_as_vllms_loader_takes_them(monkeypatch
     model, _ = load_model("tiny-moe", device="cpu")
     vllm_engine = object.__new__(engine.VLLMEngine)   # its state without vLLM itself
     vllm_engine.llm, vllm_engine.moe, vllm_engine.asleep, vllm_engine.sleep_mode = LLM(), True, set(), False
-    vllm_engine.dtype = torch.bfloat16
+    vllm_engine.dtype, vllm_engine.tied = torch.bfloat16, False
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)   # a MoE push is CUDA's (refused on CPU)
     engine.push_weights(model, vllm_engine)
     pushed = dict(vllm_engine.llm.pushed)
