@@ -304,7 +304,9 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     detached (ratio 1, gradient of log pi). That is Slime's value without a second forward pass; the
     clip only bites when a forker takes several steps per batch. Under torch.distributed every rank
     passes the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on
-    CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`.
+    CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`. With the
+    KL term off, a sample whose advantage is 0 adds 0 to the loss and its gradient: it is not run but
+    counts in the mean, so the gradients are the same (token stats then cover the samples that ran).
     """
     assert samples, "update needs at least one sample"
     assert kl_coef == 0 or ref_model is not None, "kl_coef != 0 needs ref_model (see frozen_copy)"
@@ -315,7 +317,9 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     device = next(model.parameters()).device
     fused_loss = device.type == "cuda" if fused_loss is None else fused_loss
     total_weight = sum(s.weight for s in samples)
-    plan, num_passes = _plan(samples, micro_token_budget, route == "padded", device, rank, world)
+    trained = [s for s in samples if s.advantage != 0 or kl_coef != 0]
+    plan, num_passes = _plan(trained, micro_token_budget, route == "padded", device, rank, world)
+    num_passes = max(int(num_passes), 1)   # nothing trained: one pass of weight 0 gives AdamW zero gradients
     totals = defaultdict(float)
     with contextlib.ExitStack() as stack:
         stack.callback(model.train, model.training)
@@ -323,7 +327,7 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
         stack.enter_context(attention.implementation(model, route))
         if kl_coef != 0:
             stack.enter_context(attention.implementation(ref_model, route))
-        for step in range(int(num_passes)):
+        for step in range(num_passes):
             group, weight = (plan[step], 1.0) if step < len(plan) else ([samples[0]], 0.0)
             batch = packing.collate(group, packed=route != "padded", device=device)
             loss, stats = _micro_batch_loss(model, batch, temperature, (clip_low, clip_high, tis_cap, kl_coef),
@@ -339,7 +343,7 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
                 totals[key] += value * tokens
             totals["num_loss_tokens"] += tokens
             totals["num_tokens"] += sum(batch.lengths) * weight
-    return _reduced(totals, device, world) | dict(num_samples=len(samples), num_micro_batches=int(num_passes),
+    return _reduced(totals, device, world) | dict(num_samples=len(samples), num_micro_batches=num_passes,
                                                   attention=route)
 
 
