@@ -399,6 +399,15 @@ def test_update_bench_runs_its_three_paths(capsys):
     assert "tiny ours: /naive tokens/s" in out and "tiny ours-lp: /naive tokens/s" in out and "no ratio" not in out
 
 
+def test_skip_bench_runs_at_a_tiny_size():
+    """bench/skip_bench.py on the tiny model: a row per share, each with both timings and their ratio (the
+    times themselves are too noisy at this size to compare in a test)."""
+    from bench import skip_bench
+
+    rows = skip_bench.measure(tiny_model(), (0.0, 1.0), num=8, tokens=24, iters=1)
+    assert [r[0] for r in rows] == [0.0, 1.0] and all(r[1] > 0 and r[2] > 0 and r[3] > 0 for r in rows), rows
+
+
 def test_kl_to_a_frozen_reference():
     model = tiny_model()
     reference = grpo.frozen_copy(model)
