@@ -80,7 +80,7 @@ class Config:
     out: str = "out/{time}"           # the run's directory; {time} is its start, YYYYmmdd-HHMMSS
     save_every: int = 16              # checkpoint every N steps (and at the end)
     resume: str = ""                  # a run directory to continue (its saved config; more --steps extend it)
-    seed: int = 0                     # seeds python and torch RNGs
+    seed: int = 0                     # seeds python and torch RNGs and the games' instances
     wandb: bool = False               # also log metrics to Weights & Biases
 
     def derive(self, unflagged):
@@ -446,7 +446,7 @@ def design(run, step, metrics):
 # --- 2. the plays -------------------------------------------------------------------------------
 def trained_plays(run, step, times, metrics):
     """This step's trained plays: K of each pool environment not blacklisted, seeded per play and salted
-    by the step (the regen step's hinted plays used the same seeds, METHOD 13.3). The fixed-pool
+    by --seed and the step (the regen step's hinted plays used the same seeds, METHOD 13.3). The fixed-pool
     baseline takes its pool's next G environments; the RLVE baseline plays new RLVE problems."""
     cfg, state = run.cfg, run.state
     if cfg.rlve:
@@ -459,12 +459,12 @@ def trained_plays(run, step, times, metrics):
 
 
 def play_on_ranks(run, envs, num_plays, step, hints=None):
-    """`num_plays` plays of each environment (with its hint), seeded per play and salted by step; the
+    """`num_plays` plays of each environment (with its hint), seeded per play, salted by --seed and step; the
     ranks divide the (environment, play) pairs, balanced by each environment's mean length when it
     was last played. Every rank returns them all, environment-major."""
     import agent
     cfg = run.cfg
-    pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, num_plays, step)]
+    pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, num_plays, f"{cfg.seed}/{step}")]
     lengths = run.state["lengths"]   # env_id -> mean generated tokens of a play (of the pool's)
     played = launch.divide(run, [lengths.get(envs[i].env_id, 1.0) for i, _ in pairs], lambda mine: agent.play(
         [envs[pairs[k][0]] for k in mine], run.gen, run.tokenizer, 1, [hints[pairs[k][0]] for k in mine]

@@ -349,6 +349,26 @@ def test_thirty_knobs_each_with_a_real_default():
     assert not {f.name for f in knobs} & {f.name for f in dataclasses.fields(spade.Unflagged)}
 
 
+def test_the_seed_changes_the_instances_played(monkeypatch):
+    # The reset seeds of a step's plays come from the environment, the step and --seed: two runs that
+    # differ only in --seed play other instances; one --seed replays the same ones.
+    import types
+    import agent
+    import spade
+    from envs import Environment
+    monkeypatch.setattr(agent, "play", lambda envs, *a, seeds, **k: [
+        types.SimpleNamespace(env_id=e.env_id, seed=s[0], num_generated_tokens=1) for e, s in zip(envs, seeds)])
+
+    def seeds(seed, step=3):
+        run = types.SimpleNamespace(cfg=spade.parse_config(["--model", "tiny", "--seed", str(seed)]), rank=0, world=1,
+                                    state=dict(lengths={}), gen=types.SimpleNamespace(independent=contextlib.nullcontext),
+                                    tokenizer=None, params=dict(agent=None))
+        return [p.seed for p in spade.play_on_ranks(run, [Environment("game", "Optimization", "")], 4, step)]
+
+    assert seeds(0) == seeds(0) and len(set(seeds(0))) == 4
+    assert seeds(1) != seeds(0) and seeds(0, step=4) != seeds(0)
+
+
 def test_the_embedded_preset_fits_either_setting():
     # The small models get the embedded preset, two skills of the setting among its values.
     from spade import parse_config
