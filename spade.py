@@ -71,14 +71,14 @@ class Config:
     pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
     rlve: bool = False                # baseline: 16 RLVE environments, adaptive difficulty (baselines/rlve.py); no designer
     # the update (METHOD.md 7)
-    lr: float = 1e-6                  # AdamW learning rate (constant)
+    lr: float = 1e-6                  # AdamW learning rate (constant; 0: a control that never learns)
     kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for tool use and Qwen3-8B)
     # engines and GPUs
     engine: str = "auto"              # in-process transformers or vLLM (auto: vllm on CUDA when installed)
     tp: int = 0                       # vLLM's tensor-parallel size; 0 = the memory plan's (infra/plan.py)
     # the run's directory
     out: str = "out/{time}"           # the run's directory; {time} is its start, YYYYmmdd-HHMMSS
-    save_every: int = 16              # checkpoint every N steps (and at the end)
+    save_every: int = 16              # checkpoint every N steps and at the end (0: none; >= --steps: the end's)
     resume: str = ""                  # a run directory to continue (its saved config; more --steps extend it)
     seed: int = 0                     # seeds python and torch RNGs and the games' instances
     wandb: bool = False               # also log metrics to Weights & Biases
@@ -96,11 +96,12 @@ class Config:
         problems = [msg for bad, msg in [
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
             *[(getattr(self, k) < 1, f"{flag(k)} must be positive")
-              for k in ("num_envs", "steps", "regen_interval", "save_every", "max_turns", "max_new_tokens")],
+              for k in ("num_envs", "steps", "regen_interval", "max_turns", "max_new_tokens")],
+            (self.save_every < 0, "--save-every must be 0 (no checkpoint) or positive"),
             (self.max_context < 1024, "--max-context must be at least 1024 tokens (a prompt and a turn)"),
             (not (self.temperature > 0 and 0 < self.top_p <= 1 and self.top_k >= 0),
              "sampling needs --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0 (0: off)"),
-            (not (self.lr > 0 and self.kl_coef >= 0), "--lr must be positive and --kl-coef at least 0"),
+            (not (self.lr >= 0 and self.kl_coef >= 0), "--lr and --kl-coef must be at least 0 (--lr 0: a control)"),
             (not 0 <= self.seed < 2**63, "--seed must be in [0, 2**63)"),
             (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
                                      f"not {self.plateau_band!r}"),
@@ -567,7 +568,7 @@ def step_metrics(played, episodes, agent_samples, designer_batch, update, times,
 
 def log_and_save(run, step, played, episodes, metrics):
     """The step's line and metrics, its plays every R steps, and a checkpoint every --save-every steps,
-    at the end and on Ctrl-C. False when Ctrl-C stopped the run (every rank after the same step)."""
+    at the end and on Ctrl-C (none with --save-every 0). False when Ctrl-C stopped the run (every rank after the same step)."""
     cfg, state = run.cfg, run.state
     if step % cfg.regen_interval == 0:   # what the agent played, for people: every environment of the pool
         shares = {env_id: regret.share_won(rewards) for env_id, rewards in regret.group_rewards(episodes).items()}
@@ -575,10 +576,11 @@ def log_and_save(run, step, played, episodes, metrics):
     state["step"] = step + 1
     run.log.step(metrics)
     stopping = launch.agreed(run.stop, run.world)
-    if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping:
+    if cfg.save_every and (state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping):
         save_checkpoint(run.dir, cfg, run.model, run.tokenizer, run.optimizer, run.memory, state, run.rank)
     if stopping:
-        run.log.print(f"interrupted: saved step {state['step']}; continue with --resume {run.dir}")
+        run.log.print(f"interrupted: saved step {state['step']}; continue with --resume {run.dir}" if cfg.save_every
+                      else f"interrupted after step {state['step']}; no checkpoint (--save-every 0)")
     return not stopping
 
 

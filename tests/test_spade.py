@@ -200,11 +200,11 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--temperature", "0"], "--temperature > 0"), (["--top-p", "0"], "0 < --top-p <= 1"),
-    (["--top-k", "-1"], "--top-k >= 0"), (["--save-every", "0"], "--save-every"),
+    (["--top-k", "-1"], "--top-k >= 0"), (["--save-every", "-1"], "--save-every"),
     (["--max-turns", "0"], "--max-turns"), (["--max-new-tokens", "0"], "--max-new-tokens must be positive"),
-    (["--max-context", "10"], "--max-context must be at least 1024"), (["--lr", "-1"], "--lr must be positive"),
+    (["--max-context", "10"], "--max-context must be at least 1024"), (["--lr", "-1"], "--lr and --kl-coef must be at least 0"),
     (["--steps", "-1"], "spade.py: --steps must be positive"), (["--engine", "x"], "--engine must be one of auto,"),
-    (["--kl-coef", "-1"], "--kl-coef at least 0"), (["--seed", str(2**64)], "--seed must be in"),
+    (["--kl-coef", "-1"], "--lr and --kl-coef must be at least 0"), (["--seed", str(2**64)], "--seed must be in"),
     (["--rlve", "--setting", "tool_use"], "--rlve is a baseline of the games setting"),
 ])
 def test_a_knob_out_of_its_range_is_one_sentence_before_anything_loads(args, message):
@@ -367,6 +367,23 @@ def test_the_seed_changes_the_instances_played(monkeypatch):
 
     assert seeds(0) == seeds(0) and len(set(seeds(0))) == 4
     assert seeds(1) != seeds(0) and seeds(0, step=4) != seeds(0)
+
+
+@pytest.mark.parametrize("save_every, steps, saved", [(0, 3, []), (5, 3, [3]), (1, 3, [1, 2, 3])])
+def test_save_every_zero_writes_no_checkpoint_and_at_least_steps_only_the_last(save_every, steps, saved, monkeypatch):
+    import threading
+    import types
+    import spade
+    written = []
+    monkeypatch.setattr(spade, "save_checkpoint", lambda run_dir, cfg, model, tok, opt, memory, state, rank:
+                        written.append(state["step"]))
+    cfg = spade.parse_config(["--model", "tiny", "--steps", str(steps), "--save-every", str(save_every)])
+    log = types.SimpleNamespace(step=lambda metrics: None, plays=lambda *a: None, print=print)
+    run = types.SimpleNamespace(cfg=cfg, state=dict(step=0), log=log, stop=threading.Event(), world=1, dir=None,
+                                model=None, tokenizer=None, optimizer=None, memory=None, rank=0)
+    for step in range(steps):
+        assert spade.log_and_save(run, step, [], [], {})
+    assert written == saved
 
 
 def test_the_embedded_preset_fits_either_setting():
