@@ -157,13 +157,14 @@ class Unflagged:
     hint_max_tokens: int = 4096       # tokens per hint
     corpus_max_words: int = 6000      # document truncation
     micro_token_budget: int = 16384   # tokens per micro-batch in the update
+    seed_pool: str = ""               # the seed environments' pool ("": the setting's `seeds`)
 
 
 # The two settings of the paper, one record each (designer.Setting): skills, prompts, hint writer, the
 # audit and the compact filter, and their column of METHOD 7.3. A fork adds a third here.
 SETTINGS = {
     "games": Setting(GAME_SKILLS, designer.game_messages, prompts.HINT_GAME_SYSTEM,
-                     embedded_skills="Mathematical Reasoning,Pattern Recognition"),
+                     embedded_skills="Mathematical Reasoning,Pattern Recognition", embedded_seeds="envs/easy/"),
     "tool_use": Setting(TOOL_SKILLS, designer.tool_messages, prompts.HINT_TOOL_SYSTEM, audit=True, compact_filter=True,
                         values=dict(regen_interval=8, skills_per_regen=6, hint_max_tokens=2048, corpus_max_words=4000,
                                     kl_coef=0.005),
@@ -179,9 +180,9 @@ COLUMNS = {("tool_use", "qwen3-4b"): dict(steps=500, regen_interval=32, num_envs
 RLVE = dict(plays_per_env=16, temperature=1.0)
 # The embedded default, for the small models and random-weight shapes: a real loop that finishes in
 # minutes on a 2-core CPU (and tests with `tiny`), two skills of the setting.
-EMBEDDED = dict(steps=4, num_envs=2, plays_per_env=2, regen_interval=2, hint_plays=2, skills_per_regen=2,
-                designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=48, designer_max_tokens=256,
-                hint_max_tokens=48, micro_token_budget=4096, lr=1e-5, corpus_max_words=300, save_every=2)
+EMBEDDED = dict(steps=12, num_envs=4, plays_per_env=16, regen_interval=4, hint_plays=2, skills_per_regen=2,
+                designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=32, designer_max_tokens=256,
+                hint_max_tokens=48, micro_token_budget=4096, lr=5e-5, corpus_max_words=300)
 SMALL_MODELS = ("smollm2-135m", "tiny", "tiny-moe")
 # What a resumed run may change of its saved config.
 RESUMABLE = ("resume", "steps", "save_every", "engine", "tp", "wandb")
@@ -252,7 +253,8 @@ def layers(given, saved=None):
     return [("default", defaults), ("setting", record.values if record else {}), ("model", MODELS.get(model, {})),
             ("setting and model", COLUMNS.get((setting, model), {})),
             ("rlve", RLVE if given.get("rlve", saved.get("rlve")) else {}),
-            ("embedded", {**EMBEDDED, "skills": record.embedded_skills if record else ""} if small else {}),
+            ("embedded", {**EMBEDDED, "skills": record.embedded_skills if record else "",
+                          "seed_pool": record.embedded_seeds if record else ""} if small else {}),
             ("saved run", saved), ("command line", given)]
 
 
@@ -413,7 +415,7 @@ def new_pool(run, step, times, metrics):
     topup = state["rng"].sample(run.seeds, min(len(run.seeds), max(0, cfg.num_envs - len(envs))))
     if topup:
         run.log.print(f"designer: {len(envs)}/{cfg.num_envs} valid; topping up the pool with {len(topup)} "
-                      f"seed environments from {run.setting.seeds} (not rewarded to the designer)")
+                      f"seed environments from {cfg.unflagged.seed_pool or run.setting.seeds} (not rewarded to the designer)")
     state["pool"] = envs + topup
     state["lengths"] = {e.env_id: state["lengths"][e.env_id] for e in state["pool"] if e.env_id in state["lengths"]}
     by_env = {e.env_id: [p.outcome() for p in scored_hinted if p.env_id == e.env_id] for e in envs}

@@ -1,0 +1,36 @@
+"""The sum of two digits, in one reply: a game that a 135M model wins sometimes and can learn."""
+import random
+import re
+from typing import Tuple
+
+LIST_MARKER = re.compile(r"(?m)^\s*\d+[.)]\s")   # "1. " numbers a line, it answers nothing
+
+
+class DigitSumEnv:
+    """a + b with a, b in 1..9; one reply, read at once. It wins when the first number in it that is
+    not an operand is the sum (never an operand here): a bare "7", "\\boxed{7}" and "3 + 4 = 7" all win
+    against 3 + 4."""
+
+    def __init__(self, max_turns=1, **kwargs):
+        self.max_turns, self.turn_count, self._pair = max_turns, 0, (1, 1)
+
+    def reset(self, seed=None) -> Tuple[str, dict]:
+        rng = random.Random(seed)   # private RNG: the global one is shared with other environments
+        self.turn_count, self._pair = 0, (rng.randint(1, 9), rng.randint(1, 9))
+        a, b = self._pair
+        return f"What is {a} + {b}? Answer with the number only.", {}
+
+    def step(self, action: str) -> Tuple[str, float, bool, bool, dict]:
+        self.turn_count += 1
+        a, b = self._pair
+        numbers = [int(n) for n in re.findall(r"-?\d+", LIST_MARKER.sub(" ", str(action)))]
+        answer = next((n for n in numbers if n not in (a, b)), None)
+        if answer == a + b:
+            return f"Correct: {a} + {b} = {a + b}. You win!", 1.0, True, False, {}
+        return f"Wrong: {a} + {b} = {a + b}, not {answer}. You lose.", 0.0, True, False, {}
+
+    def solution(self) -> str:
+        return str(sum(self._pair))
+
+    def close(self):
+        pass
