@@ -52,7 +52,7 @@ def test_self_play_two_steps(tmp_path):
     metrics = assert_trained(run_dir, 2)
     assert "designer/valid_rate" in metrics[0] and "agent/reward" in metrics[0]
     memory = json.loads((run_dir / "env_memory.json").read_text())
-    assert len(memory) >= 4     # seeded from envs/ (2 per skill of the preset), then the new environments
+    assert len(memory) >= 2     # seeded from envs/easy/ (the preset's two easy games), then the new environments
     assert "step    0 |" in result.stdout and "designer:" in result.stdout
     plays = json.loads((run_dir / "samples" / "step_00000" / "plays.json").read_text())   # topped-up seeds too
     page = (run_dir / "report" / "index.html").read_text()
@@ -387,12 +387,33 @@ def test_save_every_zero_writes_no_checkpoint_and_at_least_steps_only_the_last(s
 
 
 def test_the_embedded_preset_fits_either_setting():
-    # The small models get the embedded preset, two skills of the setting among its values.
+    # The small models get the embedded preset, two skills of the setting among its values; the games'
+    # seed pool is the easy one (envs/easy/), tool use keeps envs/.
     from spade import parse_config
     games, tools = parse_config(["--model", "tiny"]), parse_config(["--model", "TINY-moe", "--setting", "tool_use"])
-    assert (games.steps, games.skills) == (4, "Mathematical Reasoning,Pattern Recognition")
-    assert (tools.steps, tools.skills, tools.unflagged.skills_per_regen) == (4, "Data Retrieval,State Modification", 2)
+    assert (games.steps, games.skills, games.unflagged.seed_pool) == (12, "Mathematical Reasoning,Pattern Recognition",
+                                                                       "envs/easy/")
+    assert (tools.steps, tools.skills, tools.unflagged.skills_per_regen) == (12, "Data Retrieval,State Modification", 2)
+    assert tools.unflagged.seed_pool == "" and parse_config(["--model", "Qwen3-4B"]).unflagged.seed_pool == ""
     assert parse_config(["--model", "random-qwen3-1.7b:2"]).unflagged.designer_max_tokens == 256
+
+
+@pytest.mark.parametrize("setting", ["games", "tool_use"])
+def test_a_plain_run_gives_each_skill_of_an_epoch_two_designer_slots(setting):
+    # Designer advantages are centred per skill (METHOD 6.2): with one slot a skill every advantage would
+    # be 0 whatever the model writes. A plain run's epochs give each of their skills at least two slots,
+    # so two valid environments of a skill that score differently train the designer.
+    from collections import Counter
+    import designer
+    import regret
+    from spade import parse_config
+    cfg = parse_config(["--setting", setting])
+    for epoch in range(cfg.steps // cfg.regen_interval):
+        slots = designer.slots_for_epoch(cfg.skill_list(), epoch, cfg.unflagged.skills_per_regen, cfg.num_envs)
+        assert min(Counter(slots).values()) >= 2, slots
+        skill = slots[0]
+        advantages = regret.designer_advantages([0.6, 0.2], [skill, skill], scale=1.0)
+        assert advantages[0] > 0 > advantages[1]
 
 
 def test_paper_columns_parse_and_derive():
@@ -425,7 +446,7 @@ def test_paper_columns_parse_and_derive():
     rlve_30b = parse_config(["--rlve", "--model", "Qwen3-30B-A3B"])
     assert (rlve_30b.plays_per_env, rlve_30b.temperature, rlve_30b.num_envs, rlve_30b.kl_coef) == (16, 1.0, 24, 0.0)
     assert parse_config(["--rlve", "--model", "Qwen3-30B-A3B", "--plays-per-env", "8"]).plays_per_env == 8
-    assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 2            # the embedded preset's
+    assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 16           # the embedded preset's
     given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--regen-interval", "5",
                           "--plateau-band", "0.2,0.4,0.2"])
     assert (given.kl_coef, given.regen_interval, given.unflagged.designer_max_tokens) == (0.0, 5, 20000)
