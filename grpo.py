@@ -304,9 +304,8 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     detached (ratio 1, gradient of log pi). That is Slime's value without a second forward pass; the
     clip only bites when a forker takes several steps per batch. Under torch.distributed every rank
     passes the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on
-    CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`. With the
-    KL term off, a sample whose advantage is 0 adds 0 to the loss and its gradient: it is not run but
-    counts in the mean, so the gradients are the same (token stats then cover the samples that ran).
+    CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`. A sample of
+    advantage 0 (KL off) adds 0 to the gradient: it is not run, only counted in the mean (not in token stats).
     """
     assert samples, "update needs at least one sample"
     assert kl_coef == 0 or ref_model is not None, "kl_coef != 0 needs ref_model (see frozen_copy)"
@@ -319,7 +318,6 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     total_weight = sum(s.weight for s in samples)
     trained = [s for s in samples if s.advantage != 0 or kl_coef != 0]
     plan, num_passes = _plan(trained, micro_token_budget, route == "padded", device, rank, world)
-    num_passes = max(int(num_passes), 1)   # nothing trained: one pass of weight 0 gives AdamW zero gradients
     totals = defaultdict(float)
     with contextlib.ExitStack() as stack:
         stack.callback(model.train, model.training)
@@ -348,15 +346,15 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
 
 
 def _plan(samples, micro_token_budget, padded, device, rank, world):
-    """This rank's share of the samples in micro-batches, and how many passes every rank runs: FSDP2
-    gathers each layer collectively, so a rank that has run out repeats a micro-batch with weight 0."""
+    """This rank's share of the samples in micro-batches, and how many passes every rank runs (at least one:
+    AdamW steps on zero gradients), FSDP2 gathering collectively: a rank run out repeats one at weight 0."""
     local = packing.samples_for_rank(samples, rank, world)
     plan = [[local[i] for i in group] for group in
             packing.plan_micro_batches([len(s.tokens) for s in local], micro_token_budget, padded)]
     num_passes = torch.tensor(len(plan), device=device)
     if world > 1:
         dist.all_reduce(num_passes, op=dist.ReduceOp.MAX)
-    return plan, num_passes
+    return plan, max(int(num_passes), 1)
 
 
 def _micro_batch_loss(model, batch, temperature, clips, ref_model, fused_loss):
