@@ -180,7 +180,7 @@ COLUMNS = {("tool_use", "qwen3-4b"): dict(steps=500, regen_interval=32, num_envs
 RLVE = dict(plays_per_env=16, temperature=1.0)
 # The embedded default, for the small models and random-weight shapes: a real loop that finishes in
 # minutes on a 2-core CPU (and tests with `tiny`), two skills of the setting.
-EMBEDDED = dict(steps=12, num_envs=4, plays_per_env=16, regen_interval=4, hint_plays=2, skills_per_regen=2,
+EMBEDDED = dict(steps=12, num_envs=4, plays_per_env=8, regen_interval=4, hint_plays=2, skills_per_regen=2,
                 designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=32, designer_max_tokens=256,
                 hint_max_tokens=48, micro_token_budget=4096, lr=5e-5, corpus_max_words=300)
 SMALL_MODELS = ("smollm2-135m", "tiny", "tiny-moe")

@@ -446,7 +446,7 @@ def test_paper_columns_parse_and_derive():
     rlve_30b = parse_config(["--rlve", "--model", "Qwen3-30B-A3B"])
     assert (rlve_30b.plays_per_env, rlve_30b.temperature, rlve_30b.num_envs, rlve_30b.kl_coef) == (16, 1.0, 24, 0.0)
     assert parse_config(["--rlve", "--model", "Qwen3-30B-A3B", "--plays-per-env", "8"]).plays_per_env == 8
-    assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 16           # the embedded preset's
+    assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 8            # the embedded preset's
     given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--regen-interval", "5",
                           "--plateau-band", "0.2,0.4,0.2"])
     assert (given.kl_coef, given.regen_interval, given.unflagged.designer_max_tokens) == (0.0, 5, 20000)
