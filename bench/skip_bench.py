@@ -9,8 +9,8 @@ environment got the same reward (the z-scores of regret.episode_advantages are t
 term off those samples add nothing to the gradient, and grpo.accumulate_gradients does not run them.
 The baseline is the same batch with each advantage 0 replaced by 1e-12, which runs every sample as the
 update did before the skip (its gradient differs by 1e-12 of a sample's). Each cell is the median of
---iters timed updates after one warm-up; the ratio is the baseline's seconds over the skip's, measured
-in the same run, on the same weights and optimizer.
+--iters timed updates after one warm-up, the two alternating; the ratio is the baseline's seconds over
+the skip's, measured in the same run, on the same weights and optimizer.
 """
 import argparse
 import statistics
@@ -35,14 +35,16 @@ def batch(num, tokens, vocab, zero_share, seed=0):
             for i in range(num)]
 
 
-def seconds(model, optimizer, samples, iters):
-    """Median seconds of one grpo.update on `samples` over `iters` timed calls after one warm-up."""
-    times = []
-    for i in range(iters + 1):
-        start = time.perf_counter()
-        grpo.update(model, optimizer, samples, micro_token_budget=4096)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+def seconds(model, optimizer, batches, iters):
+    """Median seconds of one grpo.update on each of `batches`, over `iters` timed rounds after one warm-up
+    round; a round updates on each batch in turn, so that a change in the machine's load hits them alike."""
+    times = [[] for _ in batches]
+    for round_ in range(iters + 1):
+        for samples, spent in zip(batches, times):
+            start = time.perf_counter()
+            grpo.update(model, optimizer, samples, micro_token_budget=4096)
+            spent.append(time.perf_counter() - start)
+    return [statistics.median(spent[1:]) for spent in times]
 
 
 def measure(model, shares, *, num=32, tokens=96, iters=3):
@@ -53,7 +55,7 @@ def measure(model, shares, *, num=32, tokens=96, iters=3):
         skipped = batch(num, tokens, model.config.vocab_size, share)
         everything = [s if s.advantage else grpo.Sample(s.tokens, s.loss_mask, s.rollout_logprobs, 1e-12)
                       for s in skipped]
-        base, skip = seconds(model, optimizer, everything, iters), seconds(model, optimizer, skipped, iters)
+        base, skip = seconds(model, optimizer, [everything, skipped], iters)
         rows.append((share, base, skip, base / skip))
     return rows
 
