@@ -180,7 +180,7 @@ COLUMNS = {("tool_use", "qwen3-4b"): dict(steps=500, regen_interval=32, num_envs
 RLVE = dict(plays_per_env=16, temperature=1.0)
 # The embedded default, for the small models and random-weight shapes: a real loop that finishes in
 # minutes on a 2-core CPU (and tests with `tiny`), two skills of the setting.
-EMBEDDED = dict(steps=12, num_envs=4, plays_per_env=8, regen_interval=4, hint_plays=2, skills_per_regen=2,
+EMBEDDED = dict(steps=12, num_envs=4, plays_per_env=16, regen_interval=4, hint_plays=2, skills_per_regen=2,
                 designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=32, designer_max_tokens=256,
                 hint_max_tokens=48, micro_token_budget=4096, lr=5e-5, corpus_max_words=300)
 SMALL_MODELS = ("smollm2-135m", "tiny", "tiny-moe")
@@ -467,7 +467,8 @@ def play_on_ranks(run, envs, num_plays, step, hints=None):
     was last played. Every rank returns them all, environment-major."""
     import agent
     cfg = run.cfg
-    pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, num_plays, f"{cfg.seed}/{step}")]
+    salt = f"{cfg.seed}/{step}" if cfg.seed else step   # --seed 0 plays the instances it always played
+    pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, num_plays, salt)]
     lengths = run.state["lengths"]   # env_id -> mean generated tokens of a play (of the pool's)
     played = launch.divide(run, [lengths.get(envs[i].env_id, 1.0) for i, _ in pairs], lambda mine: agent.play(
         [envs[pairs[k][0]] for k in mine], run.gen, run.tokenizer, 1, [hints[pairs[k][0]] for k in mine]

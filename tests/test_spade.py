@@ -52,11 +52,11 @@ def test_self_play_two_steps(tmp_path):
     metrics = assert_trained(run_dir, 2)
     assert "designer/valid_rate" in metrics[0] and "agent/reward" in metrics[0]
     memory = json.loads((run_dir / "env_memory.json").read_text())
-    assert len(memory) >= 2     # seeded from envs/easy/ (the preset's two easy games), then the new environments
+    assert len(memory) >= 1     # seeded from envs/easy/ (the preset's easy game), then the new environments
     assert "step    0 |" in result.stdout and "designer:" in result.stdout
     plays = json.loads((run_dir / "samples" / "step_00000" / "plays.json").read_text())   # topped-up seeds too
     page = (run_dir / "report" / "index.html").read_text()
-    assert len(plays) == 2 and all(p["env_id"] in page and "win_rate" in p for p in plays) and "Plays (2)" in page
+    assert plays and all(p["env_id"] in page and "win_rate" in p for p in plays) and f"Plays ({len(plays)})" in page
 
 
 def test_thinking_mode_self_play(tmp_path):
@@ -446,7 +446,7 @@ def test_paper_columns_parse_and_derive():
     rlve_30b = parse_config(["--rlve", "--model", "Qwen3-30B-A3B"])
     assert (rlve_30b.plays_per_env, rlve_30b.temperature, rlve_30b.num_envs, rlve_30b.kl_coef) == (16, 1.0, 24, 0.0)
     assert parse_config(["--rlve", "--model", "Qwen3-30B-A3B", "--plays-per-env", "8"]).plays_per_env == 8
-    assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 8            # the embedded preset's
+    assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 16           # the embedded preset's
     given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--regen-interval", "5",
                           "--plateau-band", "0.2,0.4,0.2"])
     assert (given.kl_coef, given.regen_interval, given.unflagged.designer_max_tokens) == (0.0, 5, 20000)

@@ -1,4 +1,9 @@
-"""The sum of two numbers from 1 to 4, in one reply: the easier twin of digit_sum_mathematical_reasoning."""
+"""The sum of two numbers from 1 to 4, in one reply: a game SmolLM2-135M wins sometimes, and can learn.
+
+Its usual failure is a numbered list of working that the token limit cuts off (a reply that does not
+end scores 0); a short direct answer wins. Of 32 plays before any training (T 0.6, top-p 0.95, top-k
+20, 32 new tokens) it won 4 to 7; sums of two numbers from 1 to 9 were won 1 to 4 times in 32.
+"""
 import random
 import re
 from typing import Tuple
