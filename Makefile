@@ -1,9 +1,10 @@
-# `make test` is the test command (README, CI). `make demo` runs the embedded default, `make demo-toy` the toy run.
+# `make test` is the test command (README, CI). `make demo` runs the embedded default, `make demo-learn` its agent's
+# learning beside a control, `make demo-toy` the toy run.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test test-fast test-vllm demo demo-toy bench clean-venv sandbox-jail
+.PHONY: test test-fast test-vllm demo demo-learn demo-toy bench clean-venv sandbox-jail
 
 $(VENV)/.installed: requirements.txt requirements-eval.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +50,14 @@ test-fast: $(VENV)/.installed sandbox-jail
 
 demo: $(VENV)/.installed sandbox-jail
 	$(PY) spade.py
+
+# The agent's learning, measured: SmolLM2 on the easy seed game alone (a fixed pool, no designer), then
+# the same run at --lr 0 from the same seeds, both rewards in one picture (out/demo-learn/<time>/learn/report/runs.png).
+demo-learn: $(VENV)/.installed sandbox-jail
+	T=out/demo-learn/$$(date +%Y%m%d-%H%M%S) && \
+	$(PY) spade.py --pool envs/easy --num-envs 1 --steps 10 --save-every 0 --out $$T/learn && \
+	$(PY) spade.py --pool envs/easy --num-envs 1 --steps 10 --save-every 0 --lr 0 --out $$T/control && \
+	$(PY) spade.py report $$T/learn $$T/control
 
 # The toy run (toy/): the tiny model taught a handful of behaviours, then the real loop; its curves move.
 # Each run gets a directory of its own, out/toy/<time>, as spade.py's runs do: a second `make demo-toy`

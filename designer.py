@@ -54,6 +54,7 @@ class Setting:
     values: dict = field(default_factory=dict)   # its column of METHOD 7.3: knobs and spade.Unflagged values
     seeds: str = "envs/"             # the pool whose environments of these skills seed memory and top up
     embedded_skills: str = ""        # the two skills of the embedded preset (spade.EMBEDDED)
+    embedded_seeds: str = ""         # the embedded preset's seed pool ("": seeds)
 
 
 # --- Environment memory (METHOD 8) ---------------------------------------------------------------

@@ -305,7 +305,8 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     updates earlier, and only the TIS weight against its rollout log-probs corrects for that, as
     officially. The clip bites only when a forker takes several steps per batch. Under torch.distributed
     every rank passes the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on
-    CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`.
+    CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`. A sample of
+    advantage 0 (KL off) adds 0 to the gradient: it is not run, only counted in the mean (not in token stats).
     """
     assert samples, "update needs at least one sample"
     assert kl_coef == 0 or ref_model is not None, "kl_coef != 0 needs ref_model (see frozen_copy)"
@@ -316,7 +317,8 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     device = next(model.parameters()).device
     fused_loss = device.type == "cuda" if fused_loss is None else fused_loss
     total_weight = sum(s.weight for s in samples)
-    plan, num_passes = _plan(samples, micro_token_budget, route == "padded", device, rank, world)
+    trained = [s for s in samples if s.advantage != 0 or kl_coef != 0]
+    plan, num_passes = _plan(trained, micro_token_budget, route == "padded", device, rank, world)
     totals = defaultdict(float)
     with contextlib.ExitStack() as stack:
         stack.callback(model.train, model.training)
@@ -324,7 +326,7 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
         stack.enter_context(attention.implementation(model, route))
         if kl_coef != 0:
             stack.enter_context(attention.implementation(ref_model, route))
-        for step in range(int(num_passes)):
+        for step in range(num_passes):
             group, weight = (plan[step], 1.0) if step < len(plan) else ([samples[0]], 0.0)
             batch = packing.collate(group, packed=route != "padded", device=device)
             loss, stats = _micro_batch_loss(model, batch, temperature, (clip_low, clip_high, tis_cap, kl_coef),
@@ -340,20 +342,20 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
                 totals[key] += value * tokens
             totals["num_loss_tokens"] += tokens
             totals["num_tokens"] += sum(batch.lengths) * weight
-    return _reduced(totals, device, world) | dict(num_samples=len(samples), num_micro_batches=int(num_passes),
+    return _reduced(totals, device, world) | dict(num_samples=len(samples), num_micro_batches=num_passes,
                                                   attention=route)
 
 
 def _plan(samples, micro_token_budget, padded, device, rank, world):
-    """This rank's share of the samples in micro-batches, and how many passes every rank runs: FSDP2
-    gathers each layer collectively, so a rank that has run out repeats a micro-batch with weight 0."""
+    """This rank's share of the samples in micro-batches, and how many passes every rank runs (at least one:
+    AdamW steps on zero gradients), FSDP2 gathering collectively: a rank run out repeats one at weight 0."""
     local = packing.samples_for_rank(samples, rank, world)
     plan = [[local[i] for i in group] for group in
             packing.plan_micro_batches([len(s.tokens) for s in local], micro_token_budget, padded)]
     num_passes = torch.tensor(len(plan), device=device)
     if world > 1:
         dist.all_reduce(num_passes, op=dist.ReduceOp.MAX)
-    return plan, num_passes
+    return plan, max(int(num_passes), 1)
 
 
 def _micro_batch_loss(model, batch, temperature, clips, ref_model, fused_loss):

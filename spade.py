@@ -72,16 +72,16 @@ class Config:
     pool: str = ""                    # baseline: fixed pool (directory of .py or JSONL); no designer
     rlve: bool = False                # baseline: 16 RLVE environments, adaptive difficulty (baselines/rlve.py); no designer
     # the update (METHOD.md 7)
-    lr: float = 1e-6                  # AdamW learning rate (constant)
+    lr: float = 1e-6                  # AdamW learning rate (constant; 0: a control that never learns)
     kl_coef: float = 0.0              # k3 KL to the initial model (0.005 for tool use and Qwen3-8B)
     # engines and GPUs
     engine: str = "auto"              # in-process transformers or vLLM (auto: vllm on CUDA when installed)
     tp: int = 0                       # vLLM's tensor-parallel size; 0 = the memory plan's (harness/plan.py)
     # the run's directory
     out: str = "out/{time}"           # the run's directory; {time} is its start, YYYYmmdd-HHMMSS
-    save_every: int = 16              # checkpoint every N steps (and at the end)
+    save_every: int = 16              # checkpoint every N steps and at the end (0: none; >= --steps: the end's)
     resume: str = ""                  # a run directory to continue (its saved config; more --steps extend it)
-    seed: int = 0                     # seeds python and torch RNGs
+    seed: int = 0                     # seeds python and torch RNGs and the games' instances
     wandb: bool = False               # also log metrics to Weights & Biases
 
     def derive(self, unflagged):
@@ -97,11 +97,12 @@ class Config:
         problems = [msg for bad, msg in [
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
             *[(getattr(self, k) < 1, f"{flag(k)} must be positive")
-              for k in ("num_envs", "steps", "regen_interval", "save_every", "max_turns", "max_new_tokens")],
+              for k in ("num_envs", "steps", "regen_interval", "max_turns", "max_new_tokens")],
+            (self.save_every < 0, "--save-every must be 0 (no checkpoint) or positive"),
             (self.max_context < 1024, "--max-context must be at least 1024 tokens (a prompt and a turn)"),
             (not (self.temperature > 0 and 0 < self.top_p <= 1 and self.top_k >= 0),
              "sampling needs --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0 (0: off)"),
-            (not (self.lr > 0 and self.kl_coef >= 0), "--lr must be positive and --kl-coef at least 0"),
+            (not (self.lr >= 0 and self.kl_coef >= 0), "--lr and --kl-coef must be at least 0 (--lr 0: a control)"),
             (not 0 <= self.seed < 2**63, "--seed must be in [0, 2**63)"),
             (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
                                      f"not {self.plateau_band!r}"),
@@ -157,13 +158,14 @@ class Unflagged:
     hint_max_tokens: int = 4096       # tokens per hint
     corpus_max_words: int = 6000      # document truncation
     micro_token_budget: int = 16384   # tokens per micro-batch in the update
+    seed_pool: str = ""               # the seed environments' pool ("": the setting's `seeds`)
 
 
 # The two settings of the paper, one record each (designer.Setting): skills, prompts, hint writer, the
 # audit and the compact filter, and their column of METHOD 7.3. A fork adds a third here.
 SETTINGS = {
     "games": Setting(GAME_SKILLS, designer.game_messages, prompts.HINT_GAME_SYSTEM,
-                     embedded_skills="Mathematical Reasoning,Pattern Recognition"),
+                     embedded_skills="Mathematical Reasoning,Pattern Recognition", embedded_seeds="envs/easy/"),
     "tool_use": Setting(TOOL_SKILLS, designer.tool_messages, prompts.HINT_TOOL_SYSTEM, audit=True, compact_filter=True,
                         values=dict(regen_interval=8, skills_per_regen=6, hint_max_tokens=2048, corpus_max_words=4000,
                                     kl_coef=0.005),
@@ -179,9 +181,9 @@ COLUMNS = {("tool_use", "qwen3-4b"): dict(steps=500, regen_interval=32, num_envs
 RLVE = dict(plays_per_env=16, temperature=1.0)
 # The embedded default, for the small models and random-weight shapes: a real loop that finishes in
 # minutes on a 2-core CPU (and tests with `tiny`), two skills of the setting.
-EMBEDDED = dict(steps=4, num_envs=2, plays_per_env=2, regen_interval=2, hint_plays=2, skills_per_regen=2,
-                designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=48, designer_max_tokens=256,
-                hint_max_tokens=48, micro_token_budget=4096, lr=1e-5, corpus_max_words=300, save_every=2)
+EMBEDDED = dict(steps=12, num_envs=4, plays_per_env=16, regen_interval=4, hint_plays=2, skills_per_regen=2,
+                designer_attempts=1, max_turns=3, max_context=3072, max_new_tokens=32, designer_max_tokens=256,
+                hint_max_tokens=48, micro_token_budget=4096, lr=5e-5, corpus_max_words=300)
 SMALL_MODELS = ("smollm2-135m", "tiny", "tiny-moe")
 # What a resumed run may change of its saved config.
 RESUMABLE = ("resume", "steps", "save_every", "engine", "tp", "wandb")
@@ -211,7 +213,8 @@ def layers(given, saved=None):
     return [("default", defaults), ("setting", record.values if record else {}), ("model", MODELS.get(model, {})),
             ("setting and model", COLUMNS.get((setting, model), {})),
             ("rlve", RLVE if given.get("rlve", saved.get("rlve")) else {}),
-            ("embedded", {**EMBEDDED, "skills": record.embedded_skills if record else ""} if small else {}),
+            ("embedded", {**EMBEDDED, "skills": record.embedded_skills if record else "",
+                          "seed_pool": record.embedded_seeds if record else ""} if small else {}),
             ("saved run", saved), ("command line", given)]
 
 
@@ -366,7 +369,7 @@ def new_pool(run, step, times, metrics):
     topup = state["rng"].sample(run.seeds, min(len(run.seeds), max(0, cfg.num_envs - len(envs))))
     if topup:
         run.log.print(f"designer: {len(envs)}/{cfg.num_envs} valid; topping up the pool with {len(topup)} "
-                      f"seed environments from {run.setting.seeds} (not rewarded to the designer)")
+                      f"seed environments from {cfg.unflagged.seed_pool or run.setting.seeds} (not rewarded to the designer)")
     state["pool"] = envs + topup
     state["lengths"] = {e.env_id: state["lengths"][e.env_id] for e in state["pool"] if e.env_id in state["lengths"]}
     by_env = {e.env_id: [p.outcome() for p in scored_hinted if p.env_id == e.env_id] for e in envs}
@@ -401,8 +404,8 @@ def design(run, step, metrics):
 # --- 2. the plays -------------------------------------------------------------------------------
 def trained_plays(run, step, times, metrics):
     """This step's trained plays: K of each pool environment not blacklisted, seeded per play and salted
-    by the step (at a regen step they are the first K of the hinted plays' seeds, METHOD 13.3). The fixed-pool
-    baseline takes its pool's next G environments; the RLVE baseline plays new RLVE problems."""
+    by --seed and the step (at a regen step they are the first K of the hinted plays' seeds, METHOD
+    13.3). The fixed-pool baseline takes its pool's next G environments; the RLVE baseline plays new RLVE problems."""
     cfg, state = run.cfg, run.state
     if cfg.rlve:
         return rlve_plays(run, times, metrics)
@@ -414,12 +417,13 @@ def trained_plays(run, step, times, metrics):
 
 
 def play_on_ranks(run, envs, num_plays, step, hints=None):
-    """`num_plays` plays of each environment (with its hint), seeded per play and salted by step; the
+    """`num_plays` plays of each environment (with its hint), seeded per play, salted by --seed and step; the
     ranks divide the (environment, play) pairs, balanced by each environment's mean length when it
     was last played. Every rank returns them all, environment-major."""
     import agent
     cfg = run.cfg
-    pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, num_plays, step)]
+    salt = f"{cfg.seed}/{step}" if cfg.seed else step   # --seed 0 plays the instances it always played
+    pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, num_plays, salt)]
     lengths = run.state["lengths"]   # env_id -> mean generated tokens of a play (of the pool's)
     played = launch.divide(run, [lengths.get(envs[i].env_id, 1.0) for i, _ in pairs], lambda mine: agent.play(
         [envs[pairs[k][0]] for k in mine], run.gen, run.tokenizer, 1, [hints[pairs[k][0]] for k in mine]
@@ -520,7 +524,7 @@ def step_metrics(played, episodes, agent_samples, designer_batch, update, times,
 
 def log_and_save(run, step, played, episodes, metrics):
     """The step's line and metrics, its plays every R steps, and a checkpoint every --save-every steps,
-    at the end and on Ctrl-C. False when Ctrl-C stopped the run (every rank after the same step)."""
+    at the end and on Ctrl-C (none with --save-every 0). False when Ctrl-C stopped the run (every rank after the same step)."""
     cfg, state = run.cfg, run.state
     if step % cfg.regen_interval == 0:   # what the agent played, for people: every environment of the pool
         shares = {env_id: regret.share_won(rewards) for env_id, rewards in regret.group_rewards(episodes).items()}
@@ -528,10 +532,11 @@ def log_and_save(run, step, played, episodes, metrics):
     state["step"] = step + 1
     run.log.step(metrics)
     stopping = launch.agreed(run.stop, run.world)
-    if state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping:
+    if cfg.save_every and (state["step"] % cfg.save_every == 0 or state["step"] == cfg.steps or stopping):
         save_checkpoint(run.dir, cfg, run.model, run.tokenizer, run.optimizer, run.memory, state, run.rank)
     if stopping:
-        run.log.print(f"interrupted: saved step {state['step']}; continue with --resume {run.dir}")
+        run.log.print(f"interrupted: saved step {state['step']}; continue with --resume {run.dir}" if cfg.save_every
+                      else f"interrupted after step {state['step']}; no checkpoint (--save-every 0)")
     return not stopping
 
 

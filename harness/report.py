@@ -1,6 +1,7 @@
 """What a run leaves on disk, and a report to look at it.
 
     python spade.py report out/<run>        # or: python -m harness.report out/<run>
+    python spade.py report out/<a> out/<b>  # the agent's reward of both runs in one picture, out/<a>/report/runs.png
 
 A run directory holds `config.json`, `metrics.jsonl` (one JSON object per step), `samples/`
 (per regen step, per new environment: its code, hint, scores and one hinted and one unhinted
@@ -241,6 +242,28 @@ def shown(text):
     return html.escape(printable(str(text), lines=True))
 
 
+def plot_runs(runs, path):
+    """One panel: the agent's mean reward at each step of each run, labelled by its directory name and
+    learning rate (a control at --lr 0 beside a learning run); returns the picture's path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    for run in runs:
+        points = [(m["step"], m["agent/reward"]) for m in read_run(run)[0] if "agent/reward" in m]
+        config = Path(run) / "config.json"
+        lr = json.loads(config.read_text()).get("lr") if config.is_file() else None
+        ax.plot(*(zip(*points) if points else ([], [])), marker="o", markersize=3,
+                label=Path(run).name + (f" (lr {lr:g})" if lr is not None else ""))
+    ax.set(xlabel="step", ylabel="agent reward (mean of the step's plays)", ylim=(-0.05, 1.05))
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def transcript_html(messages):
     rows = "".join(f'<div class="msg {shown(m.get("role", ""))}"><b>{shown(m.get("role", ""))}</b>'
                    f'<pre>{shown(m.get("content", ""))}</pre></div>' for m in messages)
@@ -333,12 +356,16 @@ def sync_line(metrics):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    usage = "usage: python spade.py report out/<run>   (writes out/<run>/report/: curriculum.png and index.html)"
+    usage = ("usage: python spade.py report out/<run>   (writes out/<run>/report/: curriculum.png and index.html)\n"
+             "       python spade.py report out/<a> out/<b> ...   (their agent rewards in one picture: out/<a>/report/runs.png)")
     if argv in (["-h"], ["--help"]):
         print(usage)
         return
-    if len(argv) != 1:
+    if not argv or any(a.startswith("-") for a in argv):
         raise SystemExit(usage)
+    if len(argv) > 1:
+        (Path(argv[0]) / "report").mkdir(exist_ok=True)
+        return print(f"report: {plot_runs(argv, Path(argv[0]) / 'report' / 'runs.png')}")
     metrics, samples, rejected, plays = read_run(argv[0])
     out = Path(argv[0]) / "report"
     try:

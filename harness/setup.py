@@ -74,7 +74,7 @@ def set_up(cfg, setting):
         model, tokenizer, gen, ref_model, optimizer, params = load_trainer(
             cfg, checkpoint, device, world, step=pointer["step"] if pointer else 0, chosen=chosen)
     skills = cfg.skill_list()
-    seeds = [e for e in load_pool(ROOT / setting.seeds, validate=False) if e.skill in skills]
+    seeds = [e for e in load_pool(ROOT / (cfg.unflagged.seed_pool or setting.seeds), validate=False) if e.skill in skills]
     memory = None if cfg.no_memory or cfg.pool or cfg.rlve else designer.EnvMemory(run_dir / "env_memory.json")
     # pool_rng: the fixed pool's own shuffle, seed 42 as the paper's baseline (METHOD 10).
     state = dict(step=0, pool=[], epoch=None, tracker=regret.LearningPotentialTracker(), order=[],

@@ -637,3 +637,23 @@ def test_a_pool_with_nothing_valid_is_an_error_not_an_empty_run(tmp_path, capsys
 def test_docstring_examples():
     import doctest
     assert doctest.testmod(envs).failed == 0
+
+
+EASY_FILES = sorted((ENV_DIR / "easy").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", EASY_FILES, ids=lambda p: p.stem)
+def test_an_easy_game_reads_its_answer_as_a_small_model_writes_it(path):
+    # envs/easy/, the embedded preset's seed pool: one reply, read at once. The first number that is not
+    # an operand counts, boxed or bare, after working or not; a list's "1. " is no answer.
+    assert gate.validate_env(path.read_text()).ok
+    with sandbox.EnvSandbox(path.read_text()) as box_sandbox:
+        questions = set()
+        for seed, reply in enumerate(["{a} + {b} = {s}", "\\boxed{{{s}}}", "{s}", "1. {a} + {b} is {s}\n2. so"]):
+            obs, _ = box_sandbox.reset(seed=seed)
+            questions.add(obs)
+            a, b = ints(r"What is (\d+) \+ (\d+)\?", obs)
+            assert box_sandbox.step(reply.format(a=a, b=b, s=a + b))[1:4] == (1.0, True, False), (obs, reply)
+            box_sandbox.reset(seed=seed)
+            assert box_sandbox.step(f"{a} + {b} = {a + b + 1}, no: {a + b}")[1:4] == (0.0, True, False)
+        assert len(questions) > 1, "the seed does not change the question"

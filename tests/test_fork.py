@@ -16,7 +16,8 @@ import regret
 import spade
 from backend import engine
 
-FAST = ["--model", "tiny", "--seed", "0", "--max-new-tokens", "8", "--save-every", "100"]
+FAST = ["--model", "tiny", "--seed", "0", "--max-new-tokens", "8", "--save-every", "100", "--num-envs", "2",
+        "--plays-per-env", "2"]
 
 # Passes the gate only if the run's turn cap reaches it: a play constructs it with max_turns (its cls()
 # fails), the gate's own construction with 1000. Its first observation shows the cap a play gave it.

@@ -208,6 +208,53 @@ def test_micro_batched_and_packed_loss_equal_per_sample_loss(cpu_varlen):
             torch.testing.assert_close(grad, expected[name], atol=1e-5, rtol=1e-4, msg=f"{route} {budget} {name}")
 
 
+def test_samples_of_advantage_zero_are_not_run_but_count_in_the_mean(cpu_varlen):
+    # With the KL term off, a sample of advantage 0 adds nothing to the gradient: it is skipped (no
+    # forward, no backward) and still counts in the sample mean, so the gradient is the full batch's.
+    model = tiny_model()
+    samples = random_samples(6, VOCAB, seed=7)
+    samples = [dataclasses.replace(s, advantage=0.0) if i % 2 else s for i, s in enumerate(samples)]
+    rows = []
+    model.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape),
+                                with_kwargs=True)
+    run = sum(len(s.tokens) for s in samples if s.advantage)
+    for route in ("padded", "torch_varlen"):
+        model.zero_grad(set_to_none=True)
+        lp = token_logprobs_per_sample(model, samples)   # the reference: every sample, one mean
+        loss, _ = grpo.grpo_loss(lp, lp.detach(), *padded([s.rollout_logprobs for s in samples], float),
+                                 torch.tensor([s.advantage for s in samples]), *padded([s.loss_mask for s in samples], int))
+        loss.backward()
+        expected = grads_of(model)
+        model.zero_grad(set_to_none=True)
+        rows.clear()
+        stats = grpo.accumulate_gradients(model, samples, micro_token_budget=10_000, route=route)
+        assert stats["num_samples"] == 6 and len(rows) == 1, (route, rows)
+        assert (rows[0][0] == 3) if route == "padded" else (rows[0][1] == run), (route, rows)
+        assert stats["loss"] == pytest.approx(loss.item(), abs=1e-6)
+        for name, grad in grads_of(model).items():
+            torch.testing.assert_close(grad, expected[name], atol=1e-6, rtol=1e-5, msg=f"{route} {name}")
+    # nothing to train: one pass of weight 0, so that AdamW still steps on zero gradients, as before
+    model.zero_grad(set_to_none=True)
+    grpo.accumulate_gradients(model, [dataclasses.replace(s, advantage=0.0) for s in samples], route="padded")
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+
+def padded(rows, dtype):
+    width = max(map(len, rows))
+    return (torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype={float: torch.float32, int: torch.long}[dtype]),)
+
+
+def token_logprobs_per_sample(model, samples):
+    """[B, L] log-probs, each sample through the model alone, 0 at position 0 and past its end."""
+    width = max(len(s.tokens) for s in samples)
+    rows = []
+    for s in samples:
+        logits = model(input_ids=torch.tensor([s.tokens])).logits[0, :-1].float()
+        lp = logits.log_softmax(-1).gather(-1, torch.tensor(s.tokens[1:])[:, None])[:, 0]
+        rows.append(F.pad(lp, (1, width - len(s.tokens))))
+    return torch.stack(rows)
+
+
 def test_the_update_scores_at_the_training_temperature_and_weighs_by_the_rollouts(cpu_varlen):
     # METHOD 7.2, as officially: the engine samples at 0.6 and reports those log-probs; the update's
     # forward divides the logits by the training temperature, 1.0 (Slime's --rollout-temperature). The TIS
@@ -353,6 +400,15 @@ def test_update_bench_runs_its_three_paths(capsys):
     update_bench.print_table(rows)
     out = capsys.readouterr().out
     assert "tiny ours: /naive tokens/s" in out and "tiny ours-lp: /naive tokens/s" in out and "no ratio" not in out
+
+
+def test_skip_bench_runs_at_a_tiny_size():
+    """bench/skip_bench.py on the tiny model: a row per share, each with both timings and their ratio (the
+    times themselves are too noisy at this size to compare in a test)."""
+    from bench import skip_bench
+
+    rows = skip_bench.measure(tiny_model(), (0.0, 1.0), num=8, tokens=24, iters=1)
+    assert [r[0] for r in rows] == [0.0, 1.0] and all(r[1] > 0 and r[2] > 0 and r[3] > 0 for r in rows), rows
 
 
 def test_kl_to_a_frozen_reference():

@@ -42,6 +42,20 @@ def test_log_then_report(tmp_path, capsys):
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
 
 
+def test_two_runs_in_one_picture(tmp_path, capsys):
+    # A learning run and its control (--lr 0): their agent rewards in one panel, in the first run's report/.
+    for name, lr, rewards in [("learn", 5e-5, [0.1, 0.5, 0.9]), ("control", 0.0, [0.1, 0.1, 0.2])]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(dict(lr=lr)))
+        (tmp_path / name / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": step, "agent/reward": r}) + "\n" for step, r in enumerate(rewards)))
+    report.main([str(tmp_path / "learn"), str(tmp_path / "control")])
+    assert (tmp_path / "learn" / "report" / "runs.png").stat().st_size > 10_000
+    assert "runs.png" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="usage"):
+        report.main([str(tmp_path / "learn"), "--bad"])
+
+
 def test_a_resume_forgets_what_the_steps_after_its_checkpoint_wrote(tmp_path):
     log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=10, regen_interval=4))
     for step in range(5):

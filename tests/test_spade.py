@@ -54,11 +54,11 @@ def test_self_play_two_steps(tmp_path):
     # The engine is the trainer's own model: the probe before each step finds no gap (harness/sync.py)
     assert all(m["sync/logprob_gap"] <= 1e-6 and m["time/probe"] > 0 for m in metrics) and "| gap 0 |" in result.stdout
     memory = json.loads((run_dir / "env_memory.json").read_text())
-    assert len(memory) >= 4     # seeded from envs/ (2 per skill of the preset), then the new environments
+    assert len(memory) >= 1     # seeded from envs/easy/ (the preset's easy game), then the new environments
     assert "step    0 |" in result.stdout and "designer:" in result.stdout
     plays = json.loads((run_dir / "samples" / "step_00000" / "plays.json").read_text())   # topped-up seeds too
     page = (run_dir / "report" / "index.html").read_text()
-    assert len(plays) == 2 and all(p["env_id"] in page and "win_rate" in p for p in plays) and "Plays (2)" in page
+    assert plays and all(p["env_id"] in page and "win_rate" in p for p in plays) and f"Plays ({len(plays)})" in page
 
 
 def test_thinking_mode_self_play(tmp_path):
@@ -203,11 +203,11 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--temperature", "0"], "--temperature > 0"), (["--top-p", "0"], "0 < --top-p <= 1"),
-    (["--top-k", "-1"], "--top-k >= 0"), (["--save-every", "0"], "--save-every"),
+    (["--top-k", "-1"], "--top-k >= 0"), (["--save-every", "-1"], "--save-every"),
     (["--max-turns", "0"], "--max-turns"), (["--max-new-tokens", "0"], "--max-new-tokens must be positive"),
-    (["--max-context", "10"], "--max-context must be at least 1024"), (["--lr", "-1"], "--lr must be positive"),
+    (["--max-context", "10"], "--max-context must be at least 1024"), (["--lr", "-1"], "--lr and --kl-coef must be at least 0"),
     (["--steps", "-1"], "spade.py: --steps must be positive"), (["--engine", "x"], "--engine must be one of auto,"),
-    (["--kl-coef", "-1"], "--kl-coef at least 0"), (["--seed", str(2**64)], "--seed must be in"),
+    (["--kl-coef", "-1"], "--lr and --kl-coef must be at least 0"), (["--seed", str(2**64)], "--seed must be in"),
     (["--rlve", "--setting", "tool_use"], "--rlve is a baseline of the games setting"),
 ])
 def test_a_knob_out_of_its_range_is_one_sentence_before_anything_loads(args, message):
@@ -353,13 +353,71 @@ def test_thirty_knobs_each_with_a_real_default():
     assert not {f.name for f in knobs} & {f.name for f in dataclasses.fields(spade.Unflagged)}
 
 
+def test_the_seed_changes_the_instances_played(monkeypatch):
+    # The reset seeds of a step's plays come from the environment, the step and --seed: two runs that
+    # differ only in --seed play other instances; one --seed replays the same ones.
+    import types
+    import agent
+    import spade
+    from envs import Environment
+    monkeypatch.setattr(agent, "play", lambda envs, *a, seeds, **k: [
+        types.SimpleNamespace(env_id=e.env_id, seed=s[0], num_generated_tokens=1) for e, s in zip(envs, seeds)])
+
+    def seeds(seed, step=3):
+        run = types.SimpleNamespace(cfg=spade.parse_config(["--model", "tiny", "--seed", str(seed)]), rank=0, world=1,
+                                    state=dict(lengths={}), gen=types.SimpleNamespace(independent=contextlib.nullcontext),
+                                    tokenizer=None, params=dict(agent=None))
+        return [p.seed for p in spade.play_on_ranks(run, [Environment("game", "Optimization", "")], 4, step)]
+
+    assert seeds(0) == seeds(0) and len(set(seeds(0))) == 4
+    assert seeds(1) != seeds(0) and seeds(0, step=4) != seeds(0)
+
+
+@pytest.mark.parametrize("save_every, steps, saved", [(0, 3, []), (5, 3, [3]), (1, 3, [1, 2, 3])])
+def test_save_every_zero_writes_no_checkpoint_and_at_least_steps_only_the_last(save_every, steps, saved, monkeypatch):
+    import threading
+    import types
+    import spade
+    written = []
+    monkeypatch.setattr(spade, "save_checkpoint", lambda run_dir, cfg, model, tok, opt, memory, state, rank:
+                        written.append(state["step"]))
+    cfg = spade.parse_config(["--model", "tiny", "--steps", str(steps), "--save-every", str(save_every)])
+    log = types.SimpleNamespace(step=lambda metrics: None, plays=lambda *a: None, print=print)
+    run = types.SimpleNamespace(cfg=cfg, state=dict(step=0), log=log, stop=threading.Event(), world=1, dir=None,
+                                model=None, tokenizer=None, optimizer=None, memory=None, rank=0)
+    for step in range(steps):
+        assert spade.log_and_save(run, step, [], [], {})
+    assert written == saved
+
+
 def test_the_embedded_preset_fits_either_setting():
-    # The small models get the embedded preset, two skills of the setting among its values.
+    # The small models get the embedded preset, two skills of the setting among its values; the games'
+    # seed pool is the easy one (envs/easy/), tool use keeps envs/.
     from spade import parse_config
     games, tools = parse_config(["--model", "tiny"]), parse_config(["--model", "TINY-moe", "--setting", "tool_use"])
-    assert (games.steps, games.skills) == (4, "Mathematical Reasoning,Pattern Recognition")
-    assert (tools.steps, tools.skills, tools.unflagged.skills_per_regen) == (4, "Data Retrieval,State Modification", 2)
+    assert (games.steps, games.skills, games.unflagged.seed_pool) == (12, "Mathematical Reasoning,Pattern Recognition",
+                                                                       "envs/easy/")
+    assert (tools.steps, tools.skills, tools.unflagged.skills_per_regen) == (12, "Data Retrieval,State Modification", 2)
+    assert tools.unflagged.seed_pool == "" and parse_config(["--model", "Qwen3-4B"]).unflagged.seed_pool == ""
     assert parse_config(["--model", "random-qwen3-1.7b:2"]).unflagged.designer_max_tokens == 256
+
+
+@pytest.mark.parametrize("setting", ["games", "tool_use"])
+def test_a_plain_run_gives_each_skill_of_an_epoch_two_designer_slots(setting):
+    # Designer advantages are centred per skill (METHOD 6.2): with one slot a skill every advantage would
+    # be 0 whatever the model writes. A plain run's epochs give each of their skills at least two slots,
+    # so two valid environments of a skill that score differently train the designer.
+    from collections import Counter
+    import designer
+    import regret
+    from spade import parse_config
+    cfg = parse_config(["--setting", setting])
+    for epoch in range(cfg.steps // cfg.regen_interval):
+        slots = designer.slots_for_epoch(cfg.skill_list(), epoch, cfg.unflagged.skills_per_regen, cfg.num_envs)
+        assert min(Counter(slots).values()) >= 2, slots
+        skill = slots[0]
+        advantages = regret.designer_advantages([0.6, 0.2], [skill, skill], scale=1.0)
+        assert advantages[0] > 0 > advantages[1]
 
 
 def test_paper_columns_parse_and_derive():
@@ -392,7 +450,7 @@ def test_paper_columns_parse_and_derive():
     rlve_30b = parse_config(["--rlve", "--model", "Qwen3-30B-A3B"])
     assert (rlve_30b.plays_per_env, rlve_30b.temperature, rlve_30b.num_envs, rlve_30b.kl_coef) == (16, 1.0, 24, 0.0)
     assert parse_config(["--rlve", "--model", "Qwen3-30B-A3B", "--plays-per-env", "8"]).plays_per_env == 8
-    assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 2            # the embedded preset's
+    assert parse_config(["--rlve", "--model", "tiny"]).plays_per_env == 16           # the embedded preset's
     given = parse_config(["--setting", "tool_use", "--model", "Qwen3-8B", "--kl-coef", "0", "--regen-interval", "5",
                           "--plateau-band", "0.2,0.4,0.2"])
     assert (given.kl_coef, given.regen_interval, given.unflagged.designer_max_tokens) == (0.0, 5, 20000)
