@@ -300,13 +300,13 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
 
     The gradients equal those of `grpo_loss` over all samples at once: each micro-batch's sample mean is
     weighted by its share of the samples' weights. pi_old is the current weights, detached (ratio 1,
-    gradient of log pi), as Slime computes it, without a second forward pass. For the agent's episodes
-    that is the policy that played them (one optimizer step per rollout); a designer sample was written R
-    updates earlier, and only the TIS weight against its rollout log-probs corrects for that, as
-    officially. The clip bites only when a forker takes several steps per batch. Under torch.distributed
-    every rank passes the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on
-    CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`. A sample of
-    advantage 0 (KL off) adds 0 to the gradient: it is not run, only counted in the mean (not in token stats).
+    gradient of log pi), as Slime computes it, without a second forward pass: for the agent's episodes the
+    policy that played them (one optimizer step per rollout), while a designer sample was written R updates
+    earlier and only the TIS weight against its rollout log-probs corrects for that, as officially. The
+    clip bites only when a forker takes several steps per batch. Under torch.distributed every rank passes
+    the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on CUDA) computes
+    the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`. A sample of advantage 0 (KL
+    off) adds 0 to the gradient: it is not run, only counted in the mean (not in token stats).
     """
     assert samples, "update needs at least one sample"
     assert kl_coef == 0 or ref_model is not None, "kl_coef != 0 needs ref_model (see frozen_copy)"
