@@ -286,8 +286,8 @@ def test_help_shows_what_a_plain_run_uses_and_where_it_comes_from_in_the_readmes
         spade.parse_config(["--help"])
     raw = capsys.readouterr().out
     text = " ".join(raw.split())                                      # argparse wraps the help
-    assert "--steps N rollout steps (= policy updates) [4, embedded; default 400]" in text
-    assert "--lr X AdamW learning rate (constant) [1e-05, embedded; default 1e-06]" in text
+    assert "--steps N rollout steps (= policy updates) [12, embedded; default 400]" in text
+    assert "--lr X AdamW learning rate (constant; 0: a control that never learns) [5e-05, embedded; default 1e-06]" in text
     assert "[0.6, default]" in text and "(default: " not in text
     assert "--setting {games,tool_use}" in text and "--thinking {on,off}" in text and "--engine {auto,hf,vllm}" in text
     assert "--designer-reward {blend,solve_rate,regret_based,learning_potential}" in text
