@@ -49,7 +49,7 @@ def worker(rank, world, port, args, out, apart=False):
         models.shard_model(model)
     gen = engine.make_engine(model, tokenizer, "hf")
     cfg = SimpleNamespace(max_turns=args.max_turns, max_context=4096, max_new_tokens=args.max_new_tokens,
-                          thinking="off")
+                          thinking="off", seed=0)
     params = engine.SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
     ranks = 1 if apart else world   # the ranks that divide the work in launch.divide
     run = SimpleNamespace(gen=gen, tokenizer=tokenizer, rank=0 if apart else rank, world=ranks,

@@ -582,7 +582,7 @@ def clock_worker(rank, world, port, out, alone):
 
     tokenizer = models.load_model("tiny")[1]
     gen = launch.RankAgreement(Scripted(tokenizer, lambda prompt: "\\boxed{tick}"))
-    cfg = SimpleNamespace(max_turns=5, max_context=4096, max_new_tokens=16, thinking="off")
+    cfg = SimpleNamespace(max_turns=5, max_context=4096, max_new_tokens=16, thinking="off", seed=0)
     run = SimpleNamespace(gen=gen, tokenizer=tokenizer, rank=rank, world=world, state={"lengths": {}}, cfg=cfg,
                           params={"agent": engine.SamplingParams(max_new_tokens=16)})
     envs = [Environment(f"clock_{i}", "Logical Deduction", CLOCK) for i in range(2)]
@@ -633,7 +633,7 @@ def noise_worker(rank, world, port, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
     model, tokenizer = models.load_model("tiny")
-    cfg = SimpleNamespace(max_turns=1, max_context=1024, max_new_tokens=12, thinking="off")
+    cfg = SimpleNamespace(max_turns=1, max_context=1024, max_new_tokens=12, thinking="off", seed=0)
     run = SimpleNamespace(gen=launch.RankAgreement(engine.make_engine(model, tokenizer, "hf")), tokenizer=tokenizer,
                           rank=rank, world=world, state={"lengths": {}}, cfg=cfg, params={"agent": engine.SamplingParams(
                               temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12)})
