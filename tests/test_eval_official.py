@@ -11,9 +11,11 @@ import inspect
 import json
 import multiprocessing
 import re
+import shutil
 import time
 
 import pytest
+import reasoning_gym
 
 from eval import aime, bfcl, external, gpqa, reasoning_gym_hard
 from eval.common import Options, Unavailable
@@ -167,6 +169,22 @@ def test_every_scorer_that_evaluates_the_answer_is_scored_in_the_sandbox():
     assert evaluating - read == {"binary_matrix", "n_queens", "spiral_matrix", "string_insertion", "countdown",
                                  "intermediate_integration", "polynomial_multiplication", "puzzle24", "simple_integration"}
     assert evaluating - read <= getattr(reasoning_gym_hard, "SANDBOXED", set())
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the sandbox's child imports reasoning-gym only in its "
+                    "jail where the interpreter lies in a home directory it cannot enter (README, Evaluation)")
+def test_the_sandboxed_scorers_give_the_verdicts_of_the_in_process_ones():
+    """Each task scored in the sandbox gives, on its own reference answer and on a wrong one, the verdict
+    its scorer gives in this process (which is safe here: these answers are the generator's, not a model's)."""
+    split = reasoning_gym_hard.load_split()
+    for task in sorted(reasoning_gym_hard.SANDBOXED):
+        config = split["hard_configs"][task]
+        dataset = reasoning_gym.create_dataset(task, **config, size=reasoning_gym_hard.POOL_SIZE,
+                                               seed=reasoning_gym_hard.POOL_SEED)
+        episode = reasoning_gym_hard.Episode("bucket", task, config, 0, dataset, dataset[0])
+        for answer in (dataset[0]["answer"], "0"):
+            assert reasoning_gym_hard.score_in_sandbox(episode, answer) == \
+                reasoning_gym_hard.score_here(episode, answer), (task, answer)
 
 
 @pytest.mark.parametrize("task", ["spiral_matrix", "puzzle24"])  # eval(answer), sympy.parse_expr(answer)
