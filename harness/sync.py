@@ -24,18 +24,18 @@ import torch
 import designer
 from backend import models
 
-PROBE_TOKENS = 128   # the tail of each probe prompt: enough tokens for a mean, a forward of little cost
+PROBE_TOKENS = 32   # the tail of each probe prompt: enough tokens for a mean, a forward of under 1% of a step
 
 # The gap above which the engine is not the trainer's, by the coarser of the two compute dtypes. Measured
-# on a 2-core CPU (README, Engines): fp32 engines read 0 (HFEngine) and at most 6e-6 (vLLM's CPU build,
-# SmolLM2-135M); bf16 engines beside an fp32 trainer 0.01 (tiny) and 0.04 (SmolLM2's real weights), and
+# on a 2-core CPU (README, Engines): fp32 engines read 0 (HFEngine) and at most 8e-6 (vLLM's CPU build,
+# SmolLM2-135M); bf16 engines beside an fp32 trainer 0.01 (tiny) and 0.05 (SmolLM2's real weights), and
 # Slime's bf16 runs log 0.02-0.03 on their rollouts (its CI fails above 0.1). Every fault tried (a tensor
-# not pushed after a sleep zeroed the weights, a layer pushed as zeros, a stale rotary table) reads 0.5
-# to 8; vLLM's CPU build computing the logits from a tied output layer the push left stale read 1.5e-4
-# after one update at lr 1e-3 (engine._pack_tied_output_layer). fp32's bound is 9x vLLM's worst healthy
+# not pushed after a sleep zeroed the weights, a layer pushed as zeros, a stale rotary table) reads 0.38
+# to 9; vLLM's CPU build computing the logits from a tied output layer the push left stale read 1.5e-4
+# after one update at lr 1e-3 (engine._pack_tied_output_layer). fp32's bound is 6x vLLM's worst healthy
 # gap and 3x under that stale layer's first step. bf16 keeps 8 bits of mantissa to fp32's 24: its bound
-# leaves a deeper model or MoE routing that flips under rounding 6x the measured 0.04, and is half the
-# smallest fault's gap.
+# leaves a deeper model or MoE routing that flips under rounding 4.6x the measured 0.054, and is under
+# the smallest fault's gap.
 BOUNDS = {torch.float32: 5e-5, torch.bfloat16: 0.25, torch.float16: 0.25}
 
 

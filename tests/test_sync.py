@@ -94,7 +94,8 @@ def test_after_a_correct_push_the_gap_is_at_rounding_level(tiny, probe):
     # after an update moved the weights: both within fp32 rounding (the bound is 5e-5).
     model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
     shared, separate = engine.HFEngine(model, tokenizer), engine.HFEngine(copy.deepcopy(model), tokenizer)
-    sample = grpo.Sample(probe[0][:40], [0] * 20 + [1] * 20, [0.0] * 20 + [-5.0] * 20, 1.0)
+    n = len(probe[0])
+    sample = grpo.Sample(probe[0] + probe[1], [0] * n + [1] * n, [0.0] * n + [-5.0] * n, 1.0)
     grpo.update(model, grpo.make_optimizer(model, lr=1e-2), [sample])
     assert sync.logprob_gap(separate, model, probe) > 1e-2      # not pushed yet: the probe sees it
     engine.push_weights(model, separate)
@@ -126,7 +127,7 @@ def test_the_bound_follows_the_coarser_compute_dtype(tiny):
     model = tiny[0]
     assert sync.bound(model, engine.HFEngine(model, tiny[1])) == sync.BOUNDS[torch.float32]
     assert sync.bound(model, SimpleNamespace(dtype=torch.bfloat16)) == sync.BOUNDS[torch.bfloat16]
-    assert sync.BOUNDS[torch.float32] < sync.BOUNDS[torch.bfloat16] < 0.5   # every fault measured is above 0.5
+    assert sync.BOUNDS[torch.float32] < sync.BOUNDS[torch.bfloat16] < 0.38   # every fault measured is above 0.38
 
 
 DRIVER = """
