@@ -43,7 +43,7 @@ $(VLLM_VENV)/.installed: requirements.txt
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed sandbox-jail
-	$(VLLM_VENV)/bin/python -m pytest -q tests/test_engine.py tests/test_spade.py tests/test_grpo.py tests/test_checkpoint.py -k "vllm or torchao"
+	$(VLLM_VENV)/bin/python -m pytest -q tests/test_engine.py tests/test_spade.py tests/test_grpo.py tests/test_checkpoint.py tests/test_sync.py -k "vllm or torchao"
 
 test-fast: $(VENV)/.installed sandbox-jail
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"

@@ -329,6 +329,18 @@ def test_self_play_with_the_vllm_engine(tmp_path):
 def test_two_ranks_train_with_vllm_in_tensor_parallel_groups(tp, tmp_path):
     # --tp 2: one vLLM engine over both ranks, which still play their own shares (launch.TensorParallelGroup);
     # --tp 1: two engines, one a rank (vLLM's external data parallelism).
+    # vLLM's CPU build names a TP group's shared memory without a run of its own in the name under torchrun's
+    # env:// ("-tp:0-[0-1]-cpushm_<rank>" in /dev/shm) and leaves it behind when the ranks end: a second run
+    # on the machine would fail to create it (EEXIST). The test removes its own, before and after.
+    stale = lambda: [p.unlink(missing_ok=True) for p in Path("/dev/shm").glob("*-tp:*-cpushm_*")]
+    stale()
+    try:
+        run_two_ranks_with_vllm(tp, tmp_path)
+    finally:
+        stale()
+
+
+def run_two_ranks_with_vllm(tp, tmp_path):
     launcher = launch([*FAST, "--engine", "vllm", "--tp", str(tp), "--out", str(tmp_path / "vllm")])
     output = launcher.communicate(timeout=500)[0]
     assert launcher.returncode == 0, output[-5000:]
