@@ -108,9 +108,9 @@ def tis_weight(old_logprobs, rollout_logprobs, cap=2.0):
     Corrects for the samples coming from another engine (vLLM numerics) and, for designer samples, from
     weights R updates old. Example: old = log 0.3, rollout = log 0.1 -> 3 -> capped to 2.0;
     old = log 0.1, rollout = log 0.2 -> 0.5. Its mean is not 1 even with identical numerics: pi_old is the
-    full softmax at the training temperature (1.0; 0.7 for tool use with Qwen3-4B) while the engine samples at its own (0.6) and reports
-    log-probs after top-k/top-p (vLLM's "processed_logprobs"), so a sampled token is likelier under the
-    engine than under pi_old and the logged mean tis_weight sits below 1.
+    full softmax at the training temperature (1.0; 0.7 for tool use with Qwen3-4B) while the engine samples
+    at its own (0.6) and reports log-probs after top-k/top-p (vLLM's "processed_logprobs"), so a sampled
+    token is likelier under the engine than under pi_old and the logged mean tis_weight sits below 1.
     """
     return torch.exp(old_logprobs - rollout_logprobs).clamp(max=cap).detach()
 
@@ -299,14 +299,13 @@ def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=163
     """Backward the GRPO loss of the whole batch, micro-batch by micro-batch; returns summed stats.
 
     The gradients equal those of `grpo_loss` over all samples at once: each micro-batch's sample mean is
-    weighted by its share of the samples' weights. pi_old is the current weights, detached (ratio 1,
-    gradient of log pi), as Slime computes it, without a second forward pass: for the agent's episodes the
-    policy that played them (one optimizer step per rollout), while a designer sample was written R updates
-    earlier and only the TIS weight against its rollout log-probs corrects for that, as officially. The
-    clip bites only when a forker takes several steps per batch. Under torch.distributed every rank passes
-    the same full batch and trains on its share (`samples_for_rank`). fused_loss (default: on CUDA) computes
-    the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`. A sample of advantage 0 (KL
-    off) adds 0 to the gradient: it is not run, only counted in the mean (not in token stats).
+    weighted by its share of the samples' weights. pi_old is the current weights, detached (ratio 1, gradient
+    of log pi), as Slime does: for the agent's episodes the policy that played them (one optimizer step per
+    rollout), while a designer sample was written R updates earlier and only the TIS weight against its
+    rollout log-probs corrects for that, as officially; the clip bites only when a forker takes several steps
+    per batch. Every rank passes the same full batch and trains on its share (`samples_for_rank`). fused_loss
+    (default: on CUDA) computes the loss through `fused_grpo_loss`, else log-probs first, then `grpo_loss`. A
+    sample of advantage 0 (KL off) adds 0 to the gradient: it is not run, only counted in the mean.
     """
     assert samples, "update needs at least one sample"
     assert kl_coef == 0 or ref_model is not None, "kl_coef != 0 needs ref_model (see frozen_copy)"
