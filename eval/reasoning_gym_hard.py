@@ -25,6 +25,7 @@ episode, as officially: the configuration allows two, but the environment ends a
 first answer.
 """
 
+import ast
 import json
 import random
 import re
@@ -170,13 +171,15 @@ def build_problems(split: dict, episodes: int, tasks_per_bucket: int | None, see
 
 SCORER_ENV = '''
 class ScoreEnv:
-    """One answer scored by its task's score_answer, in the sandbox: reset() returns the score."""
+    """One answer scored by its task's score_answer against the entry the model was shown, in the sandbox:
+    reset() returns the score. The entry comes as data: a pool drawn again here can differ (some generators
+    iterate over sets, whose order follows the process's hash seed)."""
 
     def reset(self, seed=None):
         import reasoning_gym
         dataset = reasoning_gym.create_dataset(TASK, **CONFIG, size=POOL_SIZE, seed=POOL_SEED)
         try:
-            return "scored", {"score": repr(float(dataset.score_answer(answer=ANSWER, entry=dataset[INDEX])))}
+            return "scored", {"score": repr(float(dataset.score_answer(answer=ANSWER, entry=ENTRY)))}
         except Exception as e:
             return "raised", {"error": f"{type(e).__name__}: {str(e)[:200]}"}
 
@@ -188,8 +191,15 @@ class ScoreEnv:
 def score_in_sandbox(episode: Episode, answer: str | None) -> tuple[float | None, str]:
     """(score, "") from the task's scorer run in a sandbox of its own; (None, why) if it raised;
     (0.0, why) if the sandbox failed (time, memory, a crash)."""
+    entry = repr(episode.entry)
+    try:
+        plain = ast.literal_eval(entry) == episode.entry
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        plain = False
+    if not plain:
+        return None, "the entry is not plain data: it cannot be sent to the sandbox"
     code = "\n".join([f"TASK = {episode.task!r}", f"CONFIG = {episode.config!r}", f"POOL_SIZE = {POOL_SIZE!r}",
-                      f"POOL_SEED = {POOL_SEED!r}", f"INDEX = {episode.index!r}", f"ANSWER = {answer!r}", SCORER_ENV])
+                      f"POOL_SEED = {POOL_SEED!r}", f"ENTRY = {entry}", f"ANSWER = {answer!r}", SCORER_ENV])
     try:
         with EnvSandbox(code, timeout_s=SANDBOX_TIMEOUT_S, memory_mb=SANDBOX_MEMORY_MB) as sandbox:
             verdict, info = sandbox.reset()
