@@ -20,6 +20,7 @@ Not here: starting `vllm serve`, patching third-party clones, tests against the 
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,7 @@ TAU2_DOMAINS = {"retail": "tau2 Retail", "airline": "tau2 Airline", "telecom": "
 TAU2_TRIALS, TAU2_MAX_STEPS = 4, 200
 TAU2_AGENT_ARGS = {"temperature": 0.0, "top_p": 0.8, "top_k": 20, "max_tokens": 16384}
 TAU2_USER_ARGS = {"temperature": 0.0, "max_tokens": 2048}  # the official user simulator's cap
+TAU2_DRIVER = Path(__file__).with_name("tau2_driver.py")
 ACE_PATCHED = "ACEBENCH_AGENT_BASE_URL"  # what a clone patched to route unknown model names reads
 ACE_CATEGORIES = {"agent_multi_step": "ACE MultiStep", "agent_multi_turn": "ACE MultiTurn"}
 
@@ -66,12 +68,24 @@ def missing(checks: list[tuple[bool, str]]) -> str | None:
     return "; ".join(problems) if problems else None
 
 
+def tau2_python() -> list[str] | None:
+    """The interpreter named on the `#!` line of the installed `tau2` command, where tau2 and its
+    dependencies are importable; None without such a command or a Python on that line."""
+    script = shutil.which("tau2")
+    if not script:
+        return None
+    with open(script, "rb") as f:
+        line = f.readline(1024).decode(errors="replace").strip()
+    return shlex.split(line[2:]) if line.startswith("#!") and "python" in line else None
+
+
 def tau2_checks(options) -> list[tuple[bool, str]]:
     data = options.paths.get("tau2")
     domains = Path(data or ".") / "tau2" / "domains"
     agent = endpoint_problem(options.endpoints.get("agent"), "agent")
     user = endpoint_problem(options.endpoints.get("user"), "user-simulator")
-    return [(shutil.which("tau2") is not None, "the `tau2` command is not installed (pip install the tau2-bench repository)"),
+    return [(tau2_python() is not None,
+             "no `tau2` command whose `#!` line names its Python (pip install the tau2-bench repository)"),
             (bool(data), "no --tau2-data-dir was given"),
             (not data or all((domains / d).is_dir() for d in TAU2_DOMAINS), f"{domains} lacks a domain of {sorted(TAU2_DOMAINS)}"),
             (bool(options.endpoints.get("agent_model")), "no --agent-model (the served name of the model under test)"),
@@ -101,21 +115,22 @@ def run_harness(command: list[str], cwd, env: dict, what: str):
 
 
 def evaluate_tau2(engine, tokenizer, options) -> dict:
-    """tau2-bench through its `tau2` command (`pip install` of the tau2-bench repository) with its data
+    """tau2-bench through tau2's Python API (`pip install` of the tau2-bench repository): per domain,
+    `tau2_driver.py`, run by the Python of the installed `tau2` command, calls `run_tasks` with the data
     directory (the repository's `data/`, holding `tau2/domains/<domain>/`, as `TAU2_DATA_DIR`), the
     agent endpoint and the user simulator's endpoint and model (paper: gpt-4.1 at T 0; API keys come
-    from the environment, as the harness reads them).
+    from the environment, as the harness reads them). The results land in
+    `<data>/simulations/spade_<domain>_<id>/results.json`.
 
     Settings (METHOD.md 11): base split, 4 trials (`--samples`), agent T 0 / top_p 0.8 / top_k 20 /
-    16384 tokens, user simulator T 0 / 2048 tokens, at most 200 steps, `--num-tasks` under `--limit`;
+    16384 tokens, user simulator T 0 / 2048 tokens, at most 200 steps, the first `--limit` tasks;
     pass@1 = passed simulations / (tasks x trials), a pass being a reward within 1e-6 of 1. Not
     forwarded: `--seed`, `--batch-size`, `--max-new-tokens`.
 
-    The official run calls tau2's `run_tasks` with the natural-language-assertion evaluation
-    (`EvaluationType.ALL_WITH_NL_ASSERTIONS`, judged by `openrouter/openai/gpt-4o-mini` at T 0, or
-    `TAU2_NL_ASSERTIONS_LLM`), no retries and a 600 s timeout per call; the `tau2 run` command we drive
-    evaluates with tau2's default type, so tasks whose reward has natural-language assertions may
-    score differently.
+    Rewards come from the natural-language-assertion evaluation, as in the official run
+    (`EvaluationType.ALL_WITH_NL_ASSERTIONS`, judged by `openrouter/openai/gpt-4o-mini` at T 0, or by
+    `TAU2_NL_ASSERTIONS_LLM`). The official's LLM arguments also ask for no retries and a 600 s timeout
+    per call; ours leave tau2's own.
     """
     problem = missing(tau2_checks(options))
     if problem:
@@ -123,16 +138,16 @@ def evaluate_tau2(engine, tokenizer, options) -> dict:
     data, ep = Path(options.paths["tau2"]), options.endpoints
     trials, columns, metrics = options.samples or TAU2_TRIALS, {}, {}
     for domain, column in TAU2_DOMAINS.items():
-        name = f"spade_{domain}_{uuid.uuid4().hex[:8]}"
-        run_harness(["tau2", "run", "--domain", domain, "--task-split-name", "base", "--num-trials", str(trials),
-                     "--max-steps", str(TAU2_MAX_STEPS), "--save-to", name,
-                     "--agent-llm", f"openai/{ep['agent_model']}",
-                     "--agent-llm-args", json.dumps(TAU2_AGENT_ARGS | {"api_base": ep["agent"]}),
-                     "--user-llm", f"openai/{ep['user_model']}",
-                     "--user-llm-args", json.dumps(TAU2_USER_ARGS | {"api_base": ep["user"]})]
-                    + (["--num-tasks", str(options.limit)] if options.limit else []),
-                    cwd=None, env={"TAU2_DATA_DIR": str(data)}, what=f"tau2 run --domain {domain}")
-        results = json.loads((data / "simulations" / f"{name}.json").read_text())   # tau2's Results
+        save_to = data / "simulations" / f"spade_{domain}_{uuid.uuid4().hex[:8]}" / "results.json"
+        tasks = {"task_set_name": domain, "task_split_name": "base", "num_tasks": options.limit or None}
+        run = {"domain": domain, "agent": "llm_agent", "user": "user_simulator", "num_trials": trials,
+               "max_steps": TAU2_MAX_STEPS, "save_to": str(save_to),
+               "llm_agent": f"openai/{ep['agent_model']}", "llm_args_agent": TAU2_AGENT_ARGS | {"api_base": ep["agent"]},
+               "llm_user": f"openai/{ep['user_model']}", "llm_args_user": TAU2_USER_ARGS | {"api_base": ep["user"]}}
+        run_harness(tau2_python() + [str(TAU2_DRIVER), json.dumps({"tasks": tasks, "run": run})], cwd=None,
+                    env={"TAU2_DATA_DIR": str(data), "PYTHONSAFEPATH": "1"},  # eval/'s modules stay out of sys.path
+                    what=f"tau2-bench's {domain} run")
+        results = json.loads(save_to.read_text())   # tau2's Results
         metrics[domain] = pass_at_1(results["simulations"], len(results.get("tasks", [])) * trials)
         columns[column] = percent(metrics[domain])
     columns["tau2 Avg"] = percent(sum(metrics.values()) / len(metrics))

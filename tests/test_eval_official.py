@@ -10,8 +10,10 @@ says where we differ on purpose.
 import inspect
 import json
 import multiprocessing
+import os
 import re
 import shutil
+import sys
 import time
 
 import pytest
@@ -324,13 +326,94 @@ def test_tau2_caps_the_user_simulator_at_2048_tokens(monkeypatch, tmp_path):
         raise Stop
 
     monkeypatch.setattr(external, "tau2_checks", lambda options: [])
+    monkeypatch.setattr(external, "tau2_python", lambda: ["python3"])
     monkeypatch.setattr(external, "run_harness", capture)
     options = Options(paths={"tau2": str(tmp_path)}, endpoints={"agent": "http://a/v1", "agent_model": "policy",
                                                                "user": "http://u/v1", "user_model": "gpt-4.1"})
     with pytest.raises(Stop):
         external.evaluate_tau2(None, None, options)
-    user_args = json.loads(commands[0][commands[0].index("--user-llm-args") + 1])
+    user_args = json.loads(commands[0][-1])["run"]["llm_args_user"]
     assert user_args == {"temperature": 0.0, "max_tokens": 2048, "api_base": "http://u/v1"}
+
+
+# A test double of the tau2 package, installed where a `tau2` command's Python finds it: `get_tasks` makes
+# tasks, `run_tasks` (the real one's parameters) records its call, with the NL-assertion judge it would use,
+# to calls.jsonl and writes a Results file in which each domain's first simulation alone passes.
+STAND_IN_TAU2 = {
+    "__init__.py": "",
+    "config.py": "DEFAULT_LLM_NL_ASSERTIONS, DEFAULT_LLM_NL_ASSERTIONS_ARGS = 'tau2s-own', {}\n"
+                 "DEFAULT_MAX_CONCURRENCY = 3\n",
+    "evaluator/__init__.py": "",
+    "evaluator/evaluator.py": "import enum\n\n\nclass EvaluationType(str, enum.Enum):\n"
+                              "    ALL = 'all'\n    ALL_WITH_NL_ASSERTIONS = 'all_with_nl_assertions'\n",
+    "evaluator/evaluator_nl_assertions.py": "from tau2.config import DEFAULT_LLM_NL_ASSERTIONS, "
+                                            "DEFAULT_LLM_NL_ASSERTIONS_ARGS\n",
+    "run.py": """import json, os, sys
+from pathlib import Path
+
+import tau2.evaluator.evaluator_nl_assertions as nl
+
+
+def get_tasks(task_set_name, task_split_name=None, task_ids=None, num_tasks=None):
+    return [{"id": f"{task_set_name}/{task_split_name}/{i}"} for i in range(num_tasks or 5)]
+
+
+def run_tasks(domain, tasks, agent, user, llm_agent=None, llm_args_agent=None, llm_user=None, llm_args_user=None,
+              num_trials=1, max_steps=100, max_errors=10, save_to=None, console_display=True, evaluation_type="all",
+              max_concurrency=1, seed=300, log_level="INFO"):
+    call = dict(locals(), evaluation_type=evaluation_type.value, data_dir=os.environ["TAU2_DATA_DIR"], sys_path=sys.path,
+                judge=[nl.DEFAULT_LLM_NL_ASSERTIONS, nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS])
+    with open(Path(__file__).parents[1] / "calls.jsonl", "a") as f:
+        f.write(json.dumps(call) + "\\n")
+    sims = [{"task_id": t["id"], "trial": k, "reward_info": {"reward": float(not k and t is tasks[0])}}
+            for k in range(num_trials) for t in tasks]
+    Path(save_to).parent.mkdir(parents=True, exist_ok=True)
+    Path(save_to).write_text(json.dumps({"tasks": tasks, "simulations": sims}))
+""",
+}
+
+
+def install_stand_in_tau2(monkeypatch, root):
+    for name, text in STAND_IN_TAU2.items():
+        (root / "site" / "tau2" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "site" / "tau2" / name).write_text(text)
+    command = root / "bin" / "tau2"
+    command.parent.mkdir()
+    command.write_text(f"#!{sys.executable}\nraise SystemExit('the tau2 command itself is not what runs')\n")
+    command.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{command.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(root / "site"))
+    return root / "site" / "calls.jsonl"
+
+
+def test_tau2_runs_tasks_with_the_nl_assertion_evaluation_and_the_officials_judge(monkeypatch, tmp_path):
+    calls_file = install_stand_in_tau2(monkeypatch, tmp_path / "fake")
+    data = tmp_path / "data"
+    for domain in external.TAU2_DOMAINS:
+        (data / "tau2" / "domains" / domain).mkdir(parents=True)
+    monkeypatch.setattr(external, "endpoint_problem", lambda url, what: None)
+    monkeypatch.delenv("TAU2_NL_ASSERTIONS_LLM", raising=False)
+    endpoints = {"agent": "http://a/v1", "agent_model": "policy", "user": "http://u/v1", "user_model": "gpt-4.1"}
+    result = external.evaluate_tau2(None, None, Options(paths={"tau2": str(data)}, endpoints=endpoints))
+    calls = [json.loads(line) for line in calls_file.read_text().splitlines()]
+    assert [c["domain"] for c in calls] == list(external.TAU2_DOMAINS)
+    for call in calls:
+        assert call["evaluation_type"] == "all_with_nl_assertions" and call["max_concurrency"] == 3
+        assert call["judge"] == ["openrouter/openai/gpt-4o-mini", {"temperature": 0.0}]
+        assert call["tasks"] == [{"id": f"{call['domain']}/base/{i}"} for i in range(5)]
+        assert (call["agent"], call["user"], call["num_trials"], call["max_steps"]) == ("llm_agent", "user_simulator", 4, 200)
+        assert (call["llm_agent"], call["llm_user"]) == ("openai/policy", "openai/gpt-4.1")
+        assert call["llm_args_agent"] == {"temperature": 0.0, "top_p": 0.8, "top_k": 20, "max_tokens": 16384,
+                                          "api_base": "http://a/v1"}
+        assert call["llm_args_user"] == {"temperature": 0.0, "max_tokens": 2048, "api_base": "http://u/v1"}
+        assert call["data_dir"] == str(data) and str(external.TAU2_DRIVER.parent) not in call["sys_path"]
+        assert call["save_to"].startswith(str(data / "simulations" / f"spade_{call['domain']}_"))
+    assert result["metrics"]["pass_at_1"] == {domain: 1 / 20 for domain in external.TAU2_DOMAINS}
+    monkeypatch.setenv("TAU2_NL_ASSERTIONS_LLM", "openai/another-judge")
+    result = external.evaluate_tau2(None, None, Options(samples=2, limit=2, paths={"tau2": str(data)}, endpoints=endpoints))
+    call = json.loads(calls_file.read_text().splitlines()[-1])
+    assert call["judge"] == ["openai/another-judge", {"temperature": 0.0}] and len(call["tasks"]) == 2
+    assert result["metrics"]["pass_at_1"]["telecom"] == 1 / 4
 
 
 def test_acebench_refuses_a_clone_without_the_routing_patch_and_passes_the_served_name(monkeypatch, tmp_path):
