@@ -119,11 +119,12 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import suppress
 
 from sandbox import confine
 from sandbox.contract import (MAX_ACTION_CHARS, MAX_ERROR_CHARS, PLAY_MAX_TURNS, REWARD_RANGE, ReplyError, checked_reset,
                               checked_step, checked_tools, clean_text, printable)
-from sandbox.forkserver import frame, readable, recv, send, strict_json
+from sandbox.forkserver import readable, recv, send, strict_json
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # this package's parent, on sys.path
 KINDS = ("load", "contract", "timeout", "memory", "crash", "output")
@@ -194,10 +195,9 @@ class _Zygote:
         if not readable(ours, 60):
             self.process.kill()
             raise RuntimeError("the sandbox fork server did not answer within 60 s")
-        try:
+        data = b""
+        with suppress(ConnectionResetError):   # it died with its config unread
             data = ours.recv(65536)
-        except ConnectionResetError:   # it died with its config unread
-            data = b""
         if data:
             return json.loads(data)
         log.seek(0)
@@ -212,8 +212,7 @@ class _Zygote:
         with cls._starting:
             z = cls._instance
             if z is None or z.owner != os.getpid() or z.process.poll() is not None:
-                if z is not None and z.owner == os.getpid():
-                    z.close()
+                _close_ours()
                 cls._instance = z = cls()
             return z
 
@@ -221,14 +220,12 @@ class _Zygote:
         """One request and its reply (the caller holds the lock). No reply in 30 s, or one with another
         id, means the fork server is wedged: it is killed (its children die with it) and restarted."""
         number = next(self._requests)
-        try:
+        with suppress(OSError):
             socket.send_fds(self.control, [json.dumps({**message, "id": number}).encode()], list(fds), socket.MSG_NOSIGNAL)
             if readable(self.control, 30):
                 reply = json.loads(self.control.recv(65536) or b"null")
                 if type(reply) is dict and reply.get("id") == number:
                     return reply
-        except OSError:
-            pass
         self.process.kill()
         raise RuntimeError(f"the sandbox fork server did not answer (exit code {self.process.poll()})")
 
@@ -250,11 +247,7 @@ class _Zygote:
         """Kill and reap a child: (its wait status, whether its memory cgroup killed it)."""
         with self._lock:
             self._reap_orphans()
-            try:
-                reply = self._exchange({"op": "reap", "pid": pid})
-            finally:
-                self._slots.discard(slot)
-            return reply.get("status"), reply.get("oom")
+            return self._reap(pid, slot)
 
     def orphan(self, pid, slot):
         """A sandbox collected without close() (EnvSandbox.__del__): reaped by the next request. No lock
@@ -263,11 +256,14 @@ class _Zygote:
 
     def _reap_orphans(self):
         while self._orphans:
-            pid, slot = self._orphans.pop()
-            try:
-                self._exchange({"op": "reap", "pid": pid})
-            finally:
-                self._slots.discard(slot)
+            self._reap(*self._orphans.pop())
+
+    def _reap(self, pid, slot):
+        try:
+            reply = self._exchange({"op": "reap", "pid": pid})
+        finally:
+            self._slots.discard(slot)
+        return reply.get("status"), reply.get("oom")
 
     def close(self):
         """The fork server takes its children down (it sees its socket close), then the cgroup goes."""
@@ -281,7 +277,8 @@ class _Zygote:
 
 
 @atexit.register
-def _close_at_exit():
+def _close_ours():
+    """Close this process's fork server, if it has one (one inherited through a fork is the parent's)."""
     zygote = _Zygote._instance
     if zygote is not None and zygote.owner == os.getpid():
         zygote.close()
@@ -352,22 +349,17 @@ class EnvSandbox:
         if data != b"\x00" or not pids or pids[0] <= 0:
             self._fail("crash", "the sandbox could not be set up: " + data[1:].decode(errors="replace"))
         self.pid = pids[0]
-        try:
+        with suppress(AttributeError, OSError):   # Linux < 5.3: signals go by pid
             self._pidfd = os.pidfd_open(self.pid)
-        except (AttributeError, OSError):   # Linux < 5.3: signals go by pid
-            pass
         self._signal(signal.SIGSTOP)
 
     def _signal(self, number):
         """SIGSTOP after each reply and SIGCONT before each request: a child has no CPU between calls."""
-        with self._lock:
-            try:
-                if self._pidfd is not None:
-                    signal.pidfd_send_signal(self._pidfd, number)
-                elif self.pid:
-                    os.kill(self.pid, number)
-            except OSError:   # gone already
-                pass
+        with self._lock, suppress(OSError):   # OSError: gone already
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, number)
+            elif self.pid:
+                os.kill(self.pid, number)
 
     def request(self, op, deadline=None, **fields):
         """Send one request (forkserver.operations), by `deadline` (else within timeout_s); return its
@@ -378,11 +370,14 @@ class EnvSandbox:
         number = next(self._requests)
         try:
             if readable(self._sock, 0):   # a frame nobody asked for (forged, or a desync), or its death
-                if not _peek(self._sock):
-                    raise EOFError
+                # Its first byte, without blocking: a readable socket with nothing to read (an urgent byte a
+                # recv would skip) counts as a byte; none at all is its end.
+                with suppress(BlockingIOError):
+                    if not self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                        raise EOFError
                 self._fail("output", f"{op}: the environment wrote to its reply socket between calls")
             self._signal(signal.SIGCONT)
-            send(self._sock, frame({"op": op, "id": number, **fields}), deadline)
+            send(self._sock, {"op": op, "id": number, **fields}, deadline)
             reply = strict_json(recv(self._sock, deadline))
             self._signal(signal.SIGSTOP)
         except TimeoutError:
@@ -409,8 +404,9 @@ class EnvSandbox:
         self._shutdown()
         raise SandboxError(kind, message)
 
-    def _shutdown(self):
-        """Kill the child (and so its PID namespace), reap it (no zombies): (wait status, oom)."""
+    def _shutdown(self, reap=True):
+        """Kill the child (and so its PID namespace), reap it (no zombies): (wait status, oom). Without
+        `reap` (a sandbox collected without close()), the fork server's next request reaps it."""
         with self._lock:
             if not self.alive:
                 return None, None
@@ -418,14 +414,14 @@ class EnvSandbox:
             self._signal(signal.SIGKILL)
             pidfd, self._pidfd = self._pidfd, None
         self._sock.close()
-        status = oom = None
-        try:
-            status, oom = self._zygote.reap(self._server_pid, self._slot)
-        except (RuntimeError, OSError):
-            pass   # the fork server died: its children died with it (PR_SET_PDEATHSIG)
         if pidfd is not None:
             os.close(pidfd)
-        return status, oom
+        if not reap:
+            self._zygote.orphan(self._server_pid, self._slot)
+            return None, None
+        with suppress(RuntimeError, OSError):   # the fork server died: its children died with it (PR_SET_PDEATHSIG)
+            return self._zygote.reap(self._server_pid, self._slot)
+        return None, None
 
     def reset(self, seed=None):
         obs, info, _ = self._checked(checked_reset, self.request("reset", seed=seed))
@@ -455,26 +451,10 @@ class EnvSandbox:
         self.close()
 
     def __del__(self):
-        """Collected without close(): kill it now, let the next request reap it (no lock is taken here)."""
+        """Collected without close(): kill it now, let the next request reap it (the fork server's lock
+        is not taken here, as the collector may run inside a locked request of this very thread)."""
         if getattr(self, "alive", False):
-            self.alive = False
-            try:
-                if self._pidfd is not None:
-                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-                    os.close(self._pidfd)
-                self._sock.close()
-            except OSError:
-                pass
-            self._zygote.orphan(self._server_pid, self._slot)
-
-
-def _peek(sock):
-    """The first byte waiting on `sock` (b"" at its end), without blocking: a readable socket with nothing
-    to read (an urgent byte a recv would skip) counts as a byte."""
-    try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        return b"!"
+            self._shutdown(reap=False)
 
 
 def _death_reason(status, oom, op):

@@ -23,6 +23,7 @@ import shutil
 import signal
 import stat
 import struct
+from contextlib import suppress
 
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
@@ -107,12 +108,10 @@ def _ancestors(path):
 
 def _closed_ancestor(path):
     """The outermost directory above `path` that other users cannot enter (a 0700 home), or None."""
-    for parent in _ancestors(path):
-        try:
+    with suppress(OSError):
+        for parent in _ancestors(path):
             if not os.stat(parent).st_mode & 0o001:
                 return parent
-        except OSError:
-            return None
     return None
 
 
@@ -125,10 +124,9 @@ def _outermost(paths):
 
 def _bwrap_version(bwrap):
     import subprocess
-    try:
+    with suppress(OSError, IndexError, subprocess.SubprocessError):
         return subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.split()[-1]
-    except (OSError, IndexError, subprocess.SubprocessError):
-        return "?"
+    return "?"
 
 
 def claim_uids():
@@ -184,42 +182,37 @@ def memory_cgroup():
 
 def _sweep(parent):
     """Remove the empty cgroups of fork servers whose trainer is gone (killed before it could)."""
-    try:
+    with suppress(OSError):
         stale = [e.path for e in os.scandir(parent) if e.name.startswith("spade-sandbox-")
                  and e.name[14:].isdigit() and not _alive(int(e.name[14:]))]
         for directory in stale:
-            for child in os.scandir(directory):
-                if child.is_dir():
-                    remove_cgroup(child.path)
             remove_cgroup(directory)
-    except OSError:
-        pass
 
 
 def _alive(pid):
     try:
         os.kill(pid, 0)
-        return True
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:   # another user's
+        pass
+    return True
 
 
 def _read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return ""
+    with suppress(OSError), open(path) as f:
+        return f.read()
+    return ""
 
 
 def remove_cgroup(directory):
-    """rmdir an empty cgroup (what it still has charged the kernel moves to its parent)."""
-    try:
+    """rmdir an empty cgroup and the empty ones in it, a fork server's slots (what they still have charged
+    the kernel moves to their parent)."""
+    with suppress(OSError):
+        for child in os.scandir(directory):
+            if child.is_dir():
+                remove_cgroup(child.path)
         os.rmdir(directory)
-    except OSError:
-        pass
 
 
 def oom_kills(directory):

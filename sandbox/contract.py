@@ -21,6 +21,7 @@ import random
 import re
 import sys
 import threading
+from contextlib import suppress
 
 
 MAX_ERROR_CHARS = 64 * 1024        # an environment's exception text is truncated to this
@@ -180,11 +181,10 @@ def repair_braces(code, max_iterations=20):
     'state = {}; say = f"Shout \\\\boxed{{fire!}} or {n}"; n = 1'
     """
     def is_field(inner):
-        try:
+        with suppress(SyntaxError):
             parse('f"""{' + inner + '}"""', mode="eval")
             return True
-        except SyntaxError:
-            return False
+        return False
 
     def repair(literal):
         body = _FIELD.sub(lambda f: f.group(0) if is_field(f.group(1)) else "{{" + f.group(1) + "}}", literal.group(3))
@@ -377,10 +377,8 @@ def unboxed_probes(cls):
     except ContractError:
         return None
     for action in (None, *UNBOXED_PROBES):
-        try:
+        with suppress(Exception):
             env.reset() if action is None else env.step(action)
-        except Exception:
-            pass
     if hasattr(env, "close"):   # officially the wrapper's close() ends validation: if it raises, it fails
         try:
             env.close()
@@ -539,10 +537,9 @@ def checked_step(value):
     if type(value) is not list or len(value) != 6 or type(value[5]) is not list:
         raise ReplyError("step's reply is not [observation, reward, terminated, truncated, info, kinds]")
     obs, reward, terminated, truncated, info, types = value
-    try:   # an exact int past a float's range (10**400 is valid JSON) overflows, in math.isfinite too
+    finite = False   # an exact int past a float's range (10**400 is valid JSON) overflows, in math.isfinite too
+    with suppress(OverflowError):
         finite = type(reward) in (int, float) and math.isfinite(float(reward))
-    except OverflowError:
-        finite = False
     if not finite:
         raise ReplyError(f"the reward is {str(reward)[:40]}, not a finite number")
     if type(terminated) is not bool or type(truncated) is not bool:

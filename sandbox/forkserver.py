@@ -19,6 +19,7 @@ import struct
 import sys
 import tempfile
 import time
+from contextlib import suppress
 
 from sandbox import confine
 from sandbox.contract import (ContractError, ToolUseBaseEnv, construct, criteria_at, describe, load_env_class, play_reset,
@@ -42,11 +43,6 @@ weakref zlib zoneinfo _strptime numpy numpy.random""".split()
 # The wire: a 4-byte length, then JSON (never pickle: the parent must not unpickle what untrusted code
 # wrote). The parent reads at most a capped frame, under the call's deadline, and accepts only strict JSON.
 # ---------------------------------------------------------------------------------------------
-def frame(message):
-    data = json.dumps(message).encode()
-    return struct.pack(">I", len(data)) + data
-
-
 def readable(sock, timeout=None):
     """Whether `sock` has data (or EOF) within `timeout` seconds (None: however long it takes); poll,
     so any fd number works."""
@@ -55,16 +51,17 @@ def readable(sock, timeout=None):
     return bool(poller.poll(None if timeout is None else max(0, timeout) * 1000))
 
 
-def send(sock, data, deadline):
-    """All of `data`, or TimeoutError at `deadline`: a child that stops reading cannot hold us. A peer
-    that shut its reading side is BrokenPipeError, never SIGPIPE (MSG_NOSIGNAL), whatever the process
-    does with that signal."""
+def send(sock, message, deadline):
+    """`message` as one frame, or TimeoutError at `deadline`: a child that stops reading cannot hold us.
+    A peer that shut its reading side is BrokenPipeError, never SIGPIPE (MSG_NOSIGNAL), whatever the
+    process does with that signal."""
+    data = json.dumps(message).encode()
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise TimeoutError
     sock.settimeout(remaining)
     try:
-        sock.sendall(data, socket.MSG_NOSIGNAL)
+        sock.sendall(struct.pack(">I", len(data)) + data, socket.MSG_NOSIGNAL)
     finally:
         sock.settimeout(None)
 
@@ -113,11 +110,9 @@ def operations():
         if cls is None:
             return {"class": None}
         if request.get("max_turns"):   # a play: its instance, constructed as at play time
-            env = construct(cls, request["max_turns"])
-            missing = _missing_methods(env)
+            _, missing = new(request)
             if missing:
                 raise ContractError("load", f"the environment has no {missing[0]}() method")
-            envs.append(env)
         return {"class": str(getattr(cls, "__name__", "?")),
                 "tool_use": isinstance(cls, type) and issubclass(cls, ToolUseBaseEnv)}
 
@@ -196,27 +191,22 @@ def serve(control):
         __import__(name)
     import encodings, pkgutil
     for codec in pkgutil.iter_modules(encodings.__path__):
-        try:
+        with suppress(ImportError):  # mbcs, oem: Windows only
             __import__(f"encodings.{codec.name}")
-        except ImportError:  # mbcs, oem: Windows only
-            pass
     gc.freeze()   # the collector never touches these objects, so a child does not copy their pages (~4 ms)
-    layers, report = _probe(config)
+    pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY)   # ours, which each fork leaves for its own
+    layers, report = _probe(config, pid_namespace)
     control.send(json.dumps({"isolation": report}).encode())
-    pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY) if layers["namespaces"] else None
     children = {}                                     # pid -> its spec
     while True:
-        try:
+        message = b""
+        with suppress(OSError):
             message, fds, _, _ = socket.recv_fds(control, 65536, 1)
-        except OSError:
-            message = b""
         if not message:                               # the trainer is gone: take everything down
             for pid, spec in children.items():
                 _reap(pid, spec)
-            if config["cgroup"]:
-                for slot in os.scandir(config["cgroup"]):
-                    if slot.is_dir():
-                        confine.remove_cgroup(slot.path)
+            if config["cgroup"]:   # its slots, and itself unless the jail binds it (the trainer then removes it)
+                confine.remove_cgroup(config["cgroup"])
             os._exit(0)
         request = json.loads(message)
         if request["op"] == "spawn":
@@ -253,10 +243,11 @@ def _spec(layers, config, request):
 
 
 def _fork(spec, sock_fd, pid_namespace, trial=False):
-    """Fork one child (pid 1 of a PID namespace of its own when namespaces work) and confine it: its
-    pid here, and 0 in the child, which has its socket on CHILD_FD and says b"\\x00" there when it is
-    ready (a trial's then exits), or b"\\x01" and why it could not be confined, and exits."""
-    if pid_namespace is not None:
+    """Fork one child (pid 1 of a PID namespace of its own when the spec has namespaces; the fork server
+    returns to its own, `pid_namespace`) and confine it: its pid here, and 0 in the child, which has its
+    socket on CHILD_FD and says b"\\x00" there when it is ready (a trial's then exits), or b"\\x01" and
+    why it could not be confined, and exits."""
+    if spec["namespaces"]:
         confine.check(confine.libc.unshare(confine.CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     pid = os.fork()
     if pid == 0:
@@ -276,24 +267,22 @@ def _fork(spec, sock_fd, pid_namespace, trial=False):
         if trial:
             os._exit(0)
         return 0
-    if pid_namespace is not None:                     # the next child gets a new one again
+    if spec["namespaces"]:                            # the next child gets a new one again
         confine.check(confine.libc.setns(pid_namespace, confine.CLONE_NEWPID), "setns(CLONE_NEWPID)")
     return pid
 
 
 def _reap(pid, spec):
     """Kill a child (as pid 1 of its namespace it takes that with it), wait for it, clean up; its status."""
-    try:
+    with suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     _, status = os.waitpid(pid, 0)
     if spec["workdir"] != "/tmp":
         _remove_tree(spec["workdir"])
     return status
 
 
-def _probe(config):
+def _probe(config, pid_namespace):
     """Try each layer in a throwaway child, then all that work together; return (the layers that
     work, a line on each for isolation()). All together failing is an error: no child would start."""
     # userns: where each child has a uid of its own, a user namespace in which every child reads the same
@@ -301,9 +290,10 @@ def _probe(config):
               "userns": config["uid"] is not None, "seccomp": confine.ARCH is not None}
     errors = {}
     for layer in [name for name, on in layers.items() if on]:   # userns with the uids it maps
-        errors[layer] = _trial({name: name == layer or (layer, name) == ("userns", "setuid") for name in layers}, config)
+        trial = {name: name == layer or (layer, name) == ("userns", "setuid") for name in layers}
+        errors[layer] = _trial(trial, config, pid_namespace)
         layers[layer] = errors[layer] is None
-    together = _trial(layers, config)
+    together = _trial(layers, config, pid_namespace)
     if together is not None:
         raise RuntimeError(f"the sandbox's layers fail together: {together}")
     def line(layer, working, missing):
@@ -322,10 +312,9 @@ def _probe(config):
     return layers, report
 
 
-def _trial(layers, config):
+def _trial(layers, config, pid_namespace):
     """None if a child confines itself with these layers, else why not."""
     spec = _spec(layers, config, {"uid": config["uid"], "slot": "trial", "memory_mb": 256})
-    pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY) if spec["namespaces"] else None
     ours, theirs = socket.socketpair()
     try:
         pid = _fork(spec, theirs.fileno(), pid_namespace, trial=True)
@@ -333,13 +322,10 @@ def _trial(layers, config):
         return str(e)
     finally:
         theirs.close()
-        if pid_namespace is not None:
-            os.close(pid_namespace)
     ours.settimeout(30)
-    try:
+    answer = b""
+    with suppress(OSError):
         answer = ours.recv(4096)
-    except OSError:
-        answer = b""
     ours.close()
     _reap(pid, spec)
     return None if answer[:1] == b"\x00" else answer[1:].decode(errors="replace") or "the trial child died"
@@ -351,7 +337,8 @@ def _remove_tree(path):
     while stack:
         top = stack.pop()
         if top in seen:                               # its entries are gone (or cannot go)
-            _ignore_oserror(os.rmdir, top)
+            with suppress(OSError):
+                os.rmdir(top)
             continue
         seen.add(top)
         stack.append(top)
@@ -364,12 +351,6 @@ def _remove_tree(path):
             if entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)
             else:
-                _ignore_oserror(os.unlink, entry.path)
-
-
-def _ignore_oserror(function, *args):
-    try:
-        function(*args)
-    except OSError:
-        pass
+                with suppress(OSError):
+                    os.unlink(entry.path)
 
