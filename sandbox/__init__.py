@@ -153,7 +153,8 @@ class _Zygote:
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
         self.owner, self._slots, self._orphans, self.failure = os.getpid(), set(), [], ""
         self._lock, self._requests = threading.Lock(), itertools.count()
-        self.uid_base, self.cgroup, cgroup_note = _machine_share(os.getpid())
+        self.uid_base = _uid_block(os.getpid())
+        self.cgroup, cgroup_note = confine.memory_cgroup()   # made again after a close removed it
         readable = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, PROJECT, *sys.path,
                     os.path.dirname(os.path.realpath(sys.executable))]
         self._config = {"cgroup": self.cgroup, "cgroup_note": cgroup_note, "rebound": confine.rebound(readable),
@@ -285,12 +286,10 @@ def _close_ours():
 
 
 @functools.lru_cache(maxsize=None)
-def _machine_share(pid):
-    """What trainer process `pid` holds on the machine for its sandboxes, once even if its fork server is
-    restarted (a process it forks claims its own): (a uid block only it uses, or None when not root; its
-    memory cgroup or None; a note)."""
-    uid_base = confine.claim_uids()[1] if os.getuid() == 0 else None   # the lock's fd stays open
-    return (uid_base, *confine.memory_cgroup())
+def _uid_block(pid):
+    """The block of uids trainer process `pid` claims for its sandboxes, once even if its fork server is
+    restarted (a process it forks claims its own); None when not root."""
+    return confine.claim_uids()[1] if os.getuid() == 0 else None   # the lock's fd stays open
 
 
 def summary():

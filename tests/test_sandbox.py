@@ -564,3 +564,18 @@ def test_sandbox_bench_runs_at_a_tiny_size(capsys):
     assert set(rows) == set(sandbox_bench.METHODS)
     assert all(med > 0 for row in rows.values() for med, _ in row)
     assert "spade sandbox (fork server)" in capsys.readouterr().out
+
+
+def test_a_fork_server_started_again_keeps_every_layer():
+    """The fork server dies (an OOM kill, say) and the next sandbox starts a new one: it still has its jail
+    and its memory cgroup, though the old one's close removed that cgroup's directory."""
+    before = sandbox.isolation()
+    old = sandbox._Zygote.get()
+    with EnvSandbox(env_code()) as box:   # a slot cgroup below the trainer's, then the fork server dies
+        box.reset()
+    old.process.kill()
+    old.process.wait()
+    with EnvSandbox(env_code()) as box:
+        assert box.reset()[0] == "ready"
+    assert sandbox._Zygote.get() is not old
+    assert sandbox.isolation() == before
