@@ -107,10 +107,8 @@ def running(run_dir):
     try:
         with open(Path(run_dir) / ".lock") as lock:
             fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:   # no lock file: no run has held it
-        return False
+    except OSError as e:   # held: BlockingIOError; no lock file: no run has held it
+        return isinstance(e, BlockingIOError)
     return False
 
 
@@ -147,19 +145,18 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise SystemExit(f"spade.py: cannot write {run_dir / name} ({e}); {_kept(run_dir)}") from None
-    steps = {p: _step(p) for p in run_dir.glob("ckpt-*")}   # by step: by name, ckpt-100000 < ckpt-99999
-    older = sorted((p for p, step in steps.items() if step is not None and step < state["step"]), key=steps.get)
+    older = [p for p in _checkpoints(run_dir) if int(p.name[5:]) < state["step"]]
     for old in older[:-1]:   # keep this one and the one before it
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _step(path):
-    digits = path.name.removeprefix("ckpt-")
-    return int(digits) if digits.isdigit() else None
+def _checkpoints(run_dir):
+    """The ckpt-<step> folders of `run_dir` by step (by name, ckpt-100000 < ckpt-99999)."""
+    return sorted((p for p in run_dir.glob("ckpt-*") if p.name[5:].isdecimal()), key=lambda p: int(p.name[5:]))
 
 
 def _kept(run_dir):
-    kept = [p.name for p in sorted(run_dir.glob("ckpt-*"), key=lambda p: (_step(p) or 0)) if _step(p) is not None]
+    kept = [p.name for p in _checkpoints(run_dir)]
     return f"the checkpoints kept in {run_dir}: {', '.join(kept)}" if kept else f"{run_dir} keeps no checkpoint"
 
 
@@ -283,8 +280,7 @@ def load_optimizer(optimizer, model, directory, rank):
     import torch.distributed as dist
     folder, world = directory / "optimizer", dist.get_world_size() if dist.is_initialized() else 1
     per_rank = len(list(folder.glob("rank*.pt")))
-    kinds = ("fp32", "8-bit")
-    saved, wanted = kinds[bool(per_rank)], kinds[_eight_bit(optimizer)]
+    saved, wanted = ("8-bit" if per_rank else "fp32"), ("8-bit" if _eight_bit(optimizer) else "fp32")
     if saved != wanted:
         raise SystemExit(f"spade.py: {directory} holds {saved} optimizer moments and this run's memory plan takes "
                          f"{wanted} ones (harness/plan.py); resume it on GPUs where the plan takes {saved} moments")
