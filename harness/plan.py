@@ -21,7 +21,7 @@ Not modelled: vLLM's own runtime and the CUDA context (estimates: VLLM_RUNTIME, 
 engine's KV cache (what is left).
 """
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 GiB = 2 ** 30
 # Per GPU, not simulated here: the CUDA context, NCCL's buffers, vLLM asleep (its CUDA graphs) and the
@@ -34,7 +34,7 @@ CHUNK_TOKENS = 512   # compute/fused.py's Sweep.chunk_tokens: the output layer's
 
 @dataclass
 class Knobs:
-    """What of a run's config sizes its memory (harness/setup.py fills it from spade.Config)."""
+    """What of a run's config sizes its memory (`fitting` fills it from spade.Config, by the same names)."""
     max_context: int = 32768
     micro_token_budget: int = 16384
     kl_coef: float = 0.0
@@ -299,11 +299,8 @@ def fitting(cfg, setting, engine, gpus, gpu_bytes, node_gpus=None):
         config = models.model_config(cfg.model)
     except models.ModelLoadError as e:
         raise SystemExit(f"spade.py: {e}") from None
-    fixed = cfg.unflagged
-    knobs = Knobs(max_context=cfg.max_context, micro_token_budget=fixed.micro_token_budget, kl_coef=cfg.kl_coef,
-                  designer_max_tokens=fixed.designer_max_tokens, hint_max_tokens=fixed.hint_max_tokens,
-                  corpus_max_words=fixed.corpus_max_words, audit=setting.audit, num_envs=cfg.num_envs,
-                  plays_per_env=cfg.plays_per_env, hint_plays=fixed.hint_plays, engine=engine, tp=cfg.tp)
+    values = {**asdict(cfg), **asdict(cfg.unflagged), "audit": setting.audit, "engine": engine}
+    knobs = Knobs(**{knob.name: values[knob.name] for knob in fields(Knobs)})   # the Knobs by their config names
     chosen = plan(config, gpus, gpu_bytes, knobs, node_gpus)
     if chosen.problem:
         raise SystemExit(f"spade.py: {cfg.model} does not fit on {gpus} GPU{'s' * (gpus > 1)} of "
