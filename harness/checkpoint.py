@@ -181,7 +181,10 @@ def read_pointer(run_dir):
         raise SystemExit(f"spade.py: {run_dir} was written by another version of spade.py (checkpoint version "
                          f"{pointer.get('version', 1)}, this one reads {VERSION}); start a new run")
     folder = run_dir / pointer["checkpoint"]
-    if not _own_checkpoint(run_dir, pointer["checkpoint"]):
+    # A ckpt-<step> folder of the run's own, holding no link: a pointer that names another place (an
+    # absolute path, `..`, a link) is not followed.
+    if (not re.fullmatch(r"ckpt-[0-9]+", pointer["checkpoint"]) or folder.is_symlink() or not folder.is_dir()
+            or any(p.is_symlink() for p in folder.rglob("*"))):
         raise SystemExit(f"spade.py: {latest} names {printable(pointer['checkpoint'][:100])!r}, which is not a "
                          f"checkpoint of {run_dir} (a ckpt-<step> folder of its own, holding no link); {_kept(run_dir)}")
     missing = [name for name in ("model", "state.pt", "env_memory.json", "optimizer")
@@ -190,15 +193,6 @@ def read_pointer(run_dir):
         raise SystemExit(f"spade.py: {latest} names {pointer['checkpoint']}, which lacks {', '.join(missing)}; "
                          f"{_kept(run_dir)}")
     return pointer
-
-
-def _own_checkpoint(run_dir, name):
-    """Whether `name` is a ckpt-<step> folder of `run_dir` itself, holding no link: a pointer that names
-    another place (an absolute path, `..`, a link) is not followed."""
-    folder = run_dir / name
-    if not re.fullmatch(r"ckpt-[0-9]+", name) or folder.is_symlink() or not folder.is_dir():
-        return False
-    return not any(p.is_symlink() for p in folder.rglob("*"))
 
 
 def damaged(checkpoint, error):
