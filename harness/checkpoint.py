@@ -369,8 +369,6 @@ def kl_reference(cfg, model, resumed, sharded=False, offload=False):
     from backend import models
     if not cfg.kl_coef:
         return None
-    if not resumed and not sharded:
-        return grpo.frozen_copy(model)
     if sharded:
         return models.load_sharded(cfg.model, dtype=model.compute_dtype, offload=offload)[0].eval().requires_grad_(False)
-    return models.load_model(cfg.model)[0].eval().requires_grad_(False)   # a copy of its own
+    return models.load_model(cfg.model)[0].eval().requires_grad_(False) if resumed else grpo.frozen_copy(model)

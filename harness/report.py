@@ -318,7 +318,8 @@ def write_html(run_dir, metrics, samples, rejected, path, plays=()):
 <p><b>Hint</b> (the policy's words, as written): <code>{shown(s['hint']) or '<i>none</i>'}</code></p>
 <details><summary>code</summary><pre>{shown(s['code'])}</pre></details>
 <details><summary>unhinted play ({shown(s.get('unhinted_status', ''))})</summary>{transcript_html(s['unhinted_transcript'])}</details>
-<details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>""" for s in samples]
+<details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>"""
+             for s in samples]
     body = "\n".join(cards) or ("<p>A baseline run: no designer.</p>" if is_baseline else
                                  "<p>None: the rejected attempts are below, and what the agent played under Plays.</p>")
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {shown(Path(run_dir).name)}</title>
