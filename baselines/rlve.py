@@ -168,11 +168,7 @@ def play_round(curriculum, names, rng, engine, tokenizer, plays, divide=None, *,
 
 def _prompts(problems, tokenizer, thinking):
     """(messages, token ids) of each problem's one user turn."""
-    messages = [[_user(p)] for p in problems]
+    messages = [[{"role": "user", "content": f"{p.prompt}\n\n{GAME_INSTRUCTION}"}] for p in problems]
     texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
              for m in messages]
     return messages, tokenizer(texts, add_special_tokens=False)["input_ids"]
-
-
-def _user(problem):
-    return {"role": "user", "content": f"{problem.prompt}\n\n{GAME_INSTRUCTION}"}

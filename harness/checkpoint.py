@@ -107,10 +107,8 @@ def running(run_dir):
     try:
         with open(Path(run_dir) / ".lock") as lock:
             fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:   # no lock file: no run has held it
-        return False
+    except OSError as e:   # held: BlockingIOError; no lock file: no run has held it
+        return isinstance(e, BlockingIOError)
     return False
 
 
@@ -147,19 +145,18 @@ def save_checkpoint(run_dir, cfg, model, tokenizer, optimizer, memory, state, ra
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise SystemExit(f"spade.py: cannot write {run_dir / name} ({e}); {_kept(run_dir)}") from None
-    steps = {p: _step(p) for p in run_dir.glob("ckpt-*")}   # by step: by name, ckpt-100000 < ckpt-99999
-    older = sorted((p for p, step in steps.items() if step is not None and step < state["step"]), key=steps.get)
+    older = [p for p in _checkpoints(run_dir) if int(p.name[5:]) < state["step"]]
     for old in older[:-1]:   # keep this one and the one before it
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _step(path):
-    digits = path.name.removeprefix("ckpt-")
-    return int(digits) if digits.isdigit() else None
+def _checkpoints(run_dir):
+    """The ckpt-<step> folders of `run_dir` by step (by name, ckpt-100000 < ckpt-99999)."""
+    return sorted((p for p in run_dir.glob("ckpt-*") if p.name[5:].isdecimal()), key=lambda p: int(p.name[5:]))
 
 
 def _kept(run_dir):
-    kept = [p.name for p in sorted(run_dir.glob("ckpt-*"), key=lambda p: (_step(p) or 0)) if _step(p) is not None]
+    kept = [p.name for p in _checkpoints(run_dir)]
     return f"the checkpoints kept in {run_dir}: {', '.join(kept)}" if kept else f"{run_dir} keeps no checkpoint"
 
 
@@ -184,7 +181,10 @@ def read_pointer(run_dir):
         raise SystemExit(f"spade.py: {run_dir} was written by another version of spade.py (checkpoint version "
                          f"{pointer.get('version', 1)}, this one reads {VERSION}); start a new run")
     folder = run_dir / pointer["checkpoint"]
-    if not _own_checkpoint(run_dir, pointer["checkpoint"]):
+    # A ckpt-<step> folder of the run's own, holding no link: a pointer that names another place (an
+    # absolute path, `..`, a link) is not followed.
+    if (not re.fullmatch(r"ckpt-[0-9]+", pointer["checkpoint"]) or folder.is_symlink() or not folder.is_dir()
+            or any(p.is_symlink() for p in folder.rglob("*"))):
         raise SystemExit(f"spade.py: {latest} names {printable(pointer['checkpoint'][:100])!r}, which is not a "
                          f"checkpoint of {run_dir} (a ckpt-<step> folder of its own, holding no link); {_kept(run_dir)}")
     missing = [name for name in ("model", "state.pt", "env_memory.json", "optimizer")
@@ -193,15 +193,6 @@ def read_pointer(run_dir):
         raise SystemExit(f"spade.py: {latest} names {pointer['checkpoint']}, which lacks {', '.join(missing)}; "
                          f"{_kept(run_dir)}")
     return pointer
-
-
-def _own_checkpoint(run_dir, name):
-    """Whether `name` is a ckpt-<step> folder of `run_dir` itself, holding no link: a pointer that names
-    another place (an absolute path, `..`, a link) is not followed."""
-    folder = run_dir / name
-    if not re.fullmatch(r"ckpt-[0-9]+", name) or folder.is_symlink() or not folder.is_dir():
-        return False
-    return not any(p.is_symlink() for p in folder.rglob("*"))
 
 
 def damaged(checkpoint, error):
@@ -283,8 +274,7 @@ def load_optimizer(optimizer, model, directory, rank):
     import torch.distributed as dist
     folder, world = directory / "optimizer", dist.get_world_size() if dist.is_initialized() else 1
     per_rank = len(list(folder.glob("rank*.pt")))
-    kinds = ("fp32", "8-bit")
-    saved, wanted = kinds[bool(per_rank)], kinds[_eight_bit(optimizer)]
+    saved, wanted = ("8-bit" if per_rank else "fp32"), ("8-bit" if _eight_bit(optimizer) else "fp32")
     if saved != wanted:
         raise SystemExit(f"spade.py: {directory} holds {saved} optimizer moments and this run's memory plan takes "
                          f"{wanted} ones (harness/plan.py); resume it on GPUs where the plan takes {saved} moments")
@@ -379,8 +369,6 @@ def kl_reference(cfg, model, resumed, sharded=False, offload=False):
     from backend import models
     if not cfg.kl_coef:
         return None
-    if not resumed and not sharded:
-        return grpo.frozen_copy(model)
     if sharded:
         return models.load_sharded(cfg.model, dtype=model.compute_dtype, offload=offload)[0].eval().requires_grad_(False)
-    return models.load_model(cfg.model)[0].eval().requires_grad_(False)   # a copy of its own
+    return models.load_model(cfg.model)[0].eval().requires_grad_(False) if resumed else grpo.frozen_copy(model)

@@ -21,7 +21,7 @@ Not modelled: vLLM's own runtime and the CUDA context (estimates: VLLM_RUNTIME, 
 engine's KV cache (what is left).
 """
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 
 GiB = 2 ** 30
 # Per GPU, not simulated here: the CUDA context, NCCL's buffers, vLLM asleep (its CUDA graphs) and the
@@ -34,7 +34,7 @@ CHUNK_TOKENS = 512   # compute/fused.py's Sweep.chunk_tokens: the output layer's
 
 @dataclass
 class Knobs:
-    """What of a run's config sizes its memory (harness/setup.py fills it from spade.Config)."""
+    """What of a run's config sizes its memory (`fitting` fills it from spade.Config, by the same names)."""
     max_context: int = 32768
     micro_token_budget: int = 16384
     kl_coef: float = 0.0
@@ -76,21 +76,6 @@ class Plan:
             line += (f"; vLLM tp {self.tp}, {self.vllm_share:.2f} of each GPU, KV cache {self.kv_tokens:,} tokens "
                      f"({self.kv_tokens / self.max_model_len:.1f} contexts of {self.max_model_len:,})")
         return line
-
-
-def knobs_of(cfg, setting, engine):
-    """The Knobs of a run's config (spade.Config) and setting, with `engine` ("vllm" or "hf") generating."""
-    fixed = cfg.unflagged
-    return Knobs(max_context=cfg.max_context, micro_token_budget=fixed.micro_token_budget, kl_coef=cfg.kl_coef,
-                 designer_max_tokens=fixed.designer_max_tokens, hint_max_tokens=fixed.hint_max_tokens,
-                 corpus_max_words=fixed.corpus_max_words, audit=setting.audit, num_envs=cfg.num_envs,
-                 plays_per_env=cfg.plays_per_env, hint_plays=fixed.hint_plays, engine=engine, tp=cfg.tp)
-
-
-def refusal(model, chosen):
-    """The one sentence of a plan that does not fit."""
-    return (f"spade.py: {model} does not fit on {chosen.gpus} GPU{'s' * (chosen.gpus > 1)} of "
-            f"{chosen.gpu_bytes / GiB:.1f} GiB: {chosen.problem}")
 
 
 def shapes(config):
@@ -192,14 +177,12 @@ def plan(config, gpus: int, gpu_bytes: int, knobs: Knobs, node_gpus: int | None 
     """The first option that fits (fp32 before 8-bit moments, the KL reference on the GPU before in host
     memory), or the preferred one with `problem` set, naming the smallest change that fits. `node_gpus`:
     the GPUs of one node (all of them by default); a tensor-parallel engine never spans two nodes."""
-    options = [(m, cpu) for m in ("fp32", "8bit") for cpu in (False, True) if knobs.kl_coef or not cpu]
-    tried = [option(config, gpus, gpu_bytes, knobs, moments, cpu, node_gpus) for moments, cpu in options]
-    chosen = next((p for p in tried if p.problem is None), None)
-    if chosen is not None:
-        return chosen
-    first = tried[0]
-    first.problem += "; " + _what_fits(config, gpus, gpu_bytes, knobs, node_gpus)
-    return first
+    tried = [option(config, gpus, gpu_bytes, knobs, moments, cpu, node_gpus) for moments in ("fp32", "8bit")
+             for cpu in (False, True) if knobs.kl_coef or not cpu]
+    chosen = next((p for p in tried if p.problem is None), tried[0])
+    if chosen.problem:
+        chosen.problem += "; " + _what_fits(config, gpus, gpu_bytes, knobs, node_gpus)
+    return chosen
 
 
 def tp_choices(node_gpus, tp=0):
@@ -261,18 +244,14 @@ def _what_fits(config, gpus, gpu_bytes, knobs, node_gpus=None):
     """The smallest change that fits: a --tp, a shorter --max-context, more GPUs; or that none of them does."""
     fits = lambda g, k: any(option(config, g, gpu_bytes, k, m, c, min(node_gpus or g, g)).problem is None
                             for m in ("fp32", "8bit") for c in (False, True))
-    if knobs.tp and fits(gpus, Knobs(**{**vars(knobs), "tp": 0})):
+    if knobs.tp and fits(gpus, replace(knobs, tp=0)):
         return "it fits without --tp (the plan's choice)"
+    more = next((f"{g} GPUs" for g in (2, 4, 8, 16, 32, 64) if g > gpus and fits(g, knobs)), None)
     for context in (24576, 16384, 12288, 8192, 4096):
-        if context < knobs.max_context and fits(gpus, Knobs(**{**vars(knobs), "max_context": context,
-                                                               "micro_token_budget": min(knobs.micro_token_budget, context)})):
-            return f"it fits with --max-context {context}" + ("" if gpus > 1 else f" (or on {_gpus_that_fit(config, gpus, gpu_bytes, knobs, fits)})")
-    more = _gpus_that_fit(config, gpus, gpu_bytes, knobs, fits)
+        if context < knobs.max_context and fits(gpus, replace(knobs, max_context=context, micro_token_budget=min(
+                knobs.micro_token_budget, context))):
+            return f"it fits with --max-context {context}" + ("" if gpus > 1 else f" (or on {more})")
     return f"it fits on {more}" if more else "no number of these GPUs up to 64 holds it"
-
-
-def _gpus_that_fit(config, gpus, gpu_bytes, knobs, fits):
-    return next((f"{g} GPUs" for g in (2, 4, 8, 16, 32, 64) if g > gpus and fits(g, knobs)), None)
 
 
 # What holds each phase's memory (`phase_bytes`), for `spade.py plan`.
@@ -300,25 +279,30 @@ def main(argv, parse_config, settings):
         raise SystemExit("spade.py plan: --gpus must be positive, --node-gpus divide it, and --gpu-gib exceed "
                          f"the {RESERVED / GiB:.0f} GiB a GPU keeps for CUDA")
     cfg = parse_config(knobs)
+    engine = "hf" if cfg.engine == "hf" else "vllm"   # auto: vLLM, as requirements-gpu.txt installs it
+    chosen = fitting(cfg, settings[cfg.setting], engine, args.gpus, int(args.gpu_gib * GiB), args.node_gpus)
+    sequences = f"; at most {chosen.max_num_seqs} sequences at once" if chosen.max_num_seqs else ""
+    lines = [f"{cfg.model} on {chosen.gpus} GPU{'s' * (chosen.gpus > 1)} of {chosen.gpu_bytes / GiB:.1f} GiB fits: "
+             f"{chosen.summary()}{sequences}",
+             f"{'phase':<24}{'GiB per GPU':>12}  what holds it"]
+    lines += [f"{name:<24}{value / GiB:>12.1f}  {HOLDS[name]}" for name, value in chosen.phases.items()]
+    lines.append(f"{'reserved':<24}{RESERVED / GiB:>12.1f}  the CUDA context, NCCL, vLLM asleep (an estimate)")
+    return "\n".join(lines)
+
+
+def fitting(cfg, setting, engine, gpus, gpu_bytes, node_gpus=None):
+    """The plan of a run's config (spade.Config) and setting with `engine` ("vllm" or "hf") generating, on
+    `gpus` GPUs of `gpu_bytes` (`node_gpus` of them a node); or the one sentence of what does not fit and
+    the smallest change that does."""
     from backend import models
     try:
         config = models.model_config(cfg.model)
     except models.ModelLoadError as e:
         raise SystemExit(f"spade.py: {e}") from None
-    engine = "hf" if cfg.engine == "hf" else "vllm"   # auto: vLLM, as requirements-gpu.txt installs it
-    chosen = plan(config, args.gpus, int(args.gpu_gib * GiB), knobs_of(cfg, settings[cfg.setting], engine),
-                  args.node_gpus)
+    values = {**asdict(cfg), **asdict(cfg.unflagged), "audit": setting.audit, "engine": engine}
+    knobs = Knobs(**{knob.name: values[knob.name] for knob in fields(Knobs)})   # the Knobs by their config names
+    chosen = plan(config, gpus, gpu_bytes, knobs, node_gpus)
     if chosen.problem:
-        raise SystemExit(refusal(cfg.model, chosen))
-    return "\n".join(describe(cfg.model, chosen))
-
-
-def describe(model, chosen):
-    """The lines `spade.py plan` prints of a plan that fits."""
-    sequences = f"; at most {chosen.max_num_seqs} sequences at once" if chosen.max_num_seqs else ""
-    lines = [f"{model} on {chosen.gpus} GPU{'s' * (chosen.gpus > 1)} of {chosen.gpu_bytes / GiB:.1f} GiB fits: "
-             f"{chosen.summary()}{sequences}",
-             f"{'phase':<24}{'GiB per GPU':>12}  what holds it"]
-    lines += [f"{name:<24}{value / GiB:>12.1f}  {HOLDS[name]}" for name, value in chosen.phases.items()]
-    lines.append(f"{'reserved':<24}{RESERVED / GiB:>12.1f}  the CUDA context, NCCL, vLLM asleep (an estimate)")
-    return lines
+        raise SystemExit(f"spade.py: {cfg.model} does not fit on {gpus} GPU{'s' * (gpus > 1)} of "
+                         f"{gpu_bytes / GiB:.1f} GiB: {chosen.problem}")
+    return chosen

@@ -270,23 +270,24 @@ def transcript_html(messages):
     return rows or "<p><i>no transcript</i></p>"
 
 
+def _listed(title, note, rows):
+    """A list of <details> rows under its title and `note`; nothing where there are none."""
+    return f"<h1>{title} ({len(rows)})</h1><p>{note}</p>{''.join(rows)}" if rows else ""
+
+
 def rejected_html(rejected):
-    if not rejected:
-        return ""
-    rows = "".join(f"""<details><summary>step {r['step']} &middot; {shown(r['skill'])} &middot; attempt {r['attempt']}
+    return _listed("Rejected designer attempts", "Not trained on; counted in designer validity.", [
+        f"""<details><summary>step {r['step']} &middot; {shown(r['skill'])} &middot; attempt {r['attempt']}
  &middot; rejected at <b>{shown(r['stage'])}</b>: {shown(r['error'][:160])}</summary>
-<pre>{shown(r.get('response', ''))}</pre></details>""" for r in rejected)
-    return f"<h1>Rejected designer attempts ({len(rejected)})</h1><p>Not trained on; counted in designer validity.</p>{rows}"
+<pre>{shown(r.get('response', ''))}</pre></details>""" for r in rejected])
 
 
 def plays_html(plays):
-    if not plays:
-        return ""
-    rows = "".join(f"""<details><summary>step {p['step']} &middot; {shown(p['env_id'])} &middot; win rate
+    return _listed("Plays", "One play of each environment of the pool (or RLVE problem) every R steps, with the "
+                   "environment's win rate at that step.", [
+        f"""<details><summary>step {p['step']} &middot; {shown(p['env_id'])} &middot; win rate
  {p.get('win_rate', 0.0):.2f} &middot; this play {p['reward']:+.2f}, {shown(p['status'])}</summary>
-{transcript_html(p['transcript'])}</details>""" for p in plays)
-    return (f"<h1>Plays ({len(plays)})</h1><p>One play of each environment of the pool (or RLVE problem) every R "
-            f"steps, with the environment's win rate at that step.</p>{rows}")
+{transcript_html(p['transcript'])}</details>""" for p in plays])
 
 
 def no_valid_note(metrics, samples):
@@ -310,48 +311,42 @@ def last_step_html(last):
 
 def write_html(run_dir, metrics, samples, rejected, path, plays=()):
     is_baseline = not any("designer/valid_rate" in m for m in metrics)
-    note = no_valid_note(metrics, samples)
-    cards = []
-    for s in samples:
-        cards.append(f"""<section><h2>{shown(s['env_id'])}</h2>
+    header = header_html(run_dir, metrics, no_valid_note(metrics, samples))
+    cards = [f"""<section><h2>{shown(s['env_id'])}</h2>
 <p>skill <b>{shown(s['skill'])}</b> &middot; step {s['step']} &middot; win rate {s['win_rate']:.2f}
  &middot; regret {s['regret']:+.2f} &middot; {len(s['code'].splitlines())} lines</p>
 <p><b>Hint</b> (the policy's words, as written): <code>{shown(s['hint']) or '<i>none</i>'}</code></p>
 <details><summary>code</summary><pre>{shown(s['code'])}</pre></details>
 <details><summary>unhinted play ({shown(s.get('unhinted_status', ''))})</summary>{transcript_html(s['unhinted_transcript'])}</details>
-<details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>""")
+<details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>"""
+             for s in samples]
     body = "\n".join(cards) or ("<p>A baseline run: no designer.</p>" if is_baseline else
                                  "<p>None: the rejected attempts are below, and what the agent played under Plays.</p>")
-    isolation = sandbox_line(run_dir) + sync_line(metrics) + (
-        f'<p style="color:#b00;font-weight:bold">{note}</p>' if note else "")
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {shown(Path(run_dir).name)}</title>
 <style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;
 overflow-x:auto;white-space:pre-wrap}} section{{border-top:1px solid #ccc;margin-top:1.5em}} .msg.assistant pre{{background:#eef5ff}}
 img{{max-width:100%}} th{{text-align:left;padding-right:1em}}</style></head><body>
-<h1>spade run {shown(Path(run_dir).name)}</h1>{isolation}<p>{len(metrics)} steps &middot; {len(samples)} generated environments &middot; {len(rejected)} rejected attempts</p>
+<h1>spade run {shown(Path(run_dir).name)}</h1>{header}<p>{len(metrics)} steps &middot; {len(samples)} generated environments &middot; {len(rejected)} rejected attempts</p>
 {last_step_html(metrics[-1] if metrics else {})}<img src="curriculum.png" alt="curriculum plots">
 <h1>Generated environments</h1>{body}{rejected_html(rejected)}{plays_html(plays)}</body></html>""")
 
 
-def sandbox_line(run_dir):
-    """The run's isolation as its config.json recorded it, in bold red where a layer was missing."""
+def header_html(run_dir, metrics, note):
+    """The run's isolation as its config.json recorded it (in bold red where a layer was missing), the
+    largest engine-trainer log-prob gap of the run (harness/sync.py) and at which step, and `note` in bold red."""
+    red = ' style="color:#b00;font-weight:bold"'
     path = Path(run_dir) / "config.json"
     config = _json(path.read_text(errors="replace")) if path.is_file() else None
     isolation = config.get("sandbox") if isinstance(config, dict) else None
-    if not isinstance(isolation, str):
-        return ""
-    style = ' style="color:#b00;font-weight:bold"' if "MISSING" in isolation else ""
-    return f"<p{style}>sandbox: {shown(isolation)}</p>"
-
-
-def sync_line(metrics):
-    """The largest engine-trainer log-prob gap of the run (harness/sync.py), and at which step."""
     gaps = [(m["sync/logprob_gap"], m["step"]) for m in metrics if isinstance(m.get("sync/logprob_gap"), (int, float))]
-    if not gaps:
-        return ""
-    gap, step = max(gaps)
-    return (f"<p>engine and trainer: at most {gap:.2g} nats per token apart on the fixed probe (step {step}; "
-            f"sync/logprob_gap)</p>")
+    header = ""
+    if isinstance(isolation, str):
+        header += f"<p{red * ('MISSING' in isolation)}>sandbox: {shown(isolation)}</p>"
+    if gaps:
+        gap, step = max(gaps)
+        header += (f"<p>engine and trainer: at most {gap:.2g} nats per token apart on the fixed probe (step {step}; "
+                   f"sync/logprob_gap)</p>")
+    return header + (f"<p{red}>{note}</p>" if note else "")
 
 
 def main(argv=None):
@@ -359,8 +354,7 @@ def main(argv=None):
     usage = ("usage: python spade.py report out/<run>   (writes out/<run>/report/: curriculum.png and index.html)\n"
              "       python spade.py report out/<a> out/<b> ...   (their agent rewards in one picture: out/<a>/report/runs.png)")
     if argv in (["-h"], ["--help"]):
-        print(usage)
-        return
+        return print(usage)
     if not argv or any(a.startswith("-") for a in argv):
         raise SystemExit(usage)
     if len(argv) > 1:

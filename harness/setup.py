@@ -123,15 +123,8 @@ def memory_plan(cfg, setting, gpus, node_gpus=None, log=None):
     the model loads; or one sentence naming the smallest change that fits."""
     import torch
     from harness import plan
-    try:
-        config = models.model_config(cfg.model)
-    except models.ModelLoadError as e:
-        raise SystemExit(f"spade.py: {e}") from None
-    knobs = plan.knobs_of(cfg, setting, engine_kind(cfg, "cuda"))
     card = torch.cuda.get_device_properties(0).total_memory
-    chosen = plan.plan(config, gpus, card, knobs, node_gpus)
-    if chosen.problem:
-        raise SystemExit(plan.refusal(cfg.model, chosen))
+    chosen = plan.fitting(cfg, setting, engine_kind(cfg, "cuda"), gpus, card, node_gpus)
     if log:
         log.print("memory plan: " + chosen.summary())
     return chosen

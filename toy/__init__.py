@@ -85,24 +85,19 @@ def teach(model, tokenizer, steps=120, lr=5e-3, seed=0):
     return loss.item()
 
 
-def reply_loss(model, prompt, reply):
-    """Mean negative log-likelihood of `reply` after `prompt`."""
-    import torch
-    ids = torch.tensor([prompt + reply])
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
-    return torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):])
-
-
 def designer_choice(model, tokenizer):
     """The designer's preference among what it was taught to write, at temperature 1: each answer's
     probability (the whole response, teacher-forced) over the four's total."""
     import torch
     prompt = designer.encode_chat(tokenizer, designer_messages(SKILL, None, "", None, max_turns=1))[1]
     answers = {**GAMES, "broken": BROKEN}
+    logps = []
     with torch.no_grad():
-        logps = [-len(reply) * reply_loss(model, prompt, reply).item() for reply in (
-            tokenizer.encode(f"```python\n{code}```", add_special_tokens=False) + [tokenizer.eos_token_id]
-            for code in answers.values())]
+        for code in answers.values():   # len(reply) times the reply's mean negative log-likelihood
+            reply = tokenizer.encode(f"```python\n{code}```", add_special_tokens=False) + [tokenizer.eos_token_id]
+            ids = torch.tensor([prompt + reply])
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+            logps.append(-len(reply) * torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):]).item())
     return dict(zip(answers, torch.softmax(torch.tensor(logps), 0).tolist()))
 
 
