@@ -11,15 +11,13 @@
     python spade.py plan --model Qwen3-8B --gpus 8    # its memory plan on 8 GPUs, before renting them
 
 Top to bottom: the thirty knobs (`Config`), the values that have no flag (`Unflagged`), the settings and
-METHOD.md 7.3's per-run tables (data), the order they apply in (`layers`), then the loop (`train`) in the
-paper's order (METHOD.md 0). The set-up is harness/setup.py; dividing a phase's work between ranks is
+METHOD.md 7.3's per-run tables (data, which harness/cli.py's `layers` applies in order), then the loop
+(`train`) in the paper's order (METHOD.md 0). The set-up is harness/setup.py; dividing a phase's work between ranks is
 backend/launch.py's `divide`. Not here: a batch trimmed to a fixed size, retries of FAILED plays.
 spade.py starts the ranks of one node itself; several nodes start under torchrun (README, Beyond one node).
 """
 import contextlib
-import dataclasses
 import importlib.util
-import re
 import sys
 import time
 from collections import Counter
@@ -35,7 +33,6 @@ try:   # no torch below this line's imports: a bad flag is one sentence in a sec
     from backend import launch
     from harness import cli
     from harness.checkpoint import save_checkpoint
-    from harness.cli import flag
 except ModuleNotFoundError as e:   # a Python without the packages: the venv that `make` builds has them
     raise SystemExit(f"spade.py: {e}; run it with .venv/bin/python (`make` builds it) or pip install -r "
                      f"requirements.txt") from None
@@ -44,7 +41,7 @@ except ModuleNotFoundError as e:   # a Python without the packages: the venv tha
 @dataclass
 class Config:
     """The thirty knobs, in the README's groups. Each default is the paper's (METHOD.md 7.3: games,
-    Qwen3-30B-A3B) but the model's, which is the one that runs offline on a CPU; `configure` lays the
+    Qwen3-30B-A3B) but the model's, which is the one that runs offline on a CPU; `cli.configure` lays the
     tables below over them, and what the command line gives over all of them."""
     # model and length
     model: str = "smollm2-135m"       # alias (Qwen3-30B-A3B, Qwen3-8B, Qwen3-4B, smollm2-135m, tiny) or path
@@ -86,7 +83,7 @@ class Config:
 
     def derive(self, unflagged):
         """Attach the values that have no flag (`Unflagged`), then check the whole config once."""
-        wrong = [f"{flag(k)} must be one of {', '.join(names)}, not {getattr(self, k)!r}"
+        wrong = [f"{cli.flag(k)} must be one of {', '.join(names)}, not {getattr(self, k)!r}"
                  for k, names in choices().items() if getattr(self, k) not in names]
         if wrong:   # first: the setting's skills and tables depend on it
             raise SystemExit(f"spade.py: {wrong[0]}")
@@ -96,7 +93,7 @@ class Config:
         self.out = self.out.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
         problems = [msg for bad, msg in [
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
-            *[(getattr(self, k) < 1, f"{flag(k)} must be positive")
+            *[(getattr(self, k) < 1, f"{cli.flag(k)} must be positive")
               for k in ("num_envs", "steps", "regen_interval", "max_turns", "max_new_tokens")],
             (self.save_every < 0, "--save-every must be 0 (no checkpoint) or positive"),
             (self.max_context < 1024, "--max-context must be at least 1024 tokens (a prompt and a turn)"),
@@ -171,9 +168,9 @@ SETTINGS = {
                                     kl_coef=0.005),
                         embedded_skills="Data Retrieval,State Modification"),
 }
-# METHOD 7.3's other columns: what a model (by `table_key`), a setting and a model together, the
+# METHOD 7.3's other columns: what a model (by `cli.table_key`), a setting and a model together, the
 # fixed-RLVE baseline (METHOD 10) and the embedded preset change of the defaults above, knobs and
-# unflagged values alike; `layers` applies them after the setting's, in this order, so the more
+# unflagged values alike; `cli.layers` applies them after the setting's, in this order, so the more
 # specific wins, and the command line over all of them.
 MODELS = {"qwen3-8b": dict(thinking="on", kl_coef=0.005, designer_max_tokens=20000)}
 COLUMNS = {("tool_use", "qwen3-4b"): dict(steps=500, regen_interval=32, num_envs=16, plays_per_env=16, hint_plays=4,
@@ -195,58 +192,15 @@ def parse_config(argv):
     return cli.parse_config(sys.modules[__name__], argv)
 
 
+def configure(given, saved=None):
+    """The Config of these given knobs (and a resumed run's saved ones): cli.configure of this program."""
+    return cli.configure(sys.modules[__name__], given, saved)
+
+
 def choices():
     """The knobs that take one of a few names, and those names (a fork's new setting or reward included)."""
     return dict(setting=list(SETTINGS), designer_reward=list(regret.DESIGNER_REWARDS), thinking=["on", "off"],
                 engine=["auto", "hf", "vllm"])
-
-
-def layers(given, saved=None):
-    """Where a run's values come from, in order, each layer over those before it (METHOD.md 7.3):
-    [(layer, {name: value})] for the knobs and the unflagged values alike."""
-    saved = saved or {}
-    setting = given.get("setting", saved.get("setting", Config.setting))
-    name = given.get("model", saved.get("model", Config.model)).lower()
-    small, model = name in SMALL_MODELS or (name.startswith("random-") and "/" not in name), table_key(name)
-    record = SETTINGS.get(setting)   # an unknown one is refused by derive()
-    defaults = {f.name: f.default for cls in (Config, Unflagged) for f in dataclasses.fields(cls)}
-    return [("default", defaults), ("setting", record.values if record else {}), ("model", MODELS.get(model, {})),
-            ("setting and model", COLUMNS.get((setting, model), {})),
-            ("rlve", RLVE if given.get("rlve", saved.get("rlve")) else {}),
-            ("embedded", {**EMBEDDED, "skills": record.embedded_skills if record else "",
-                          "seed_pool": record.embedded_seeds if record else ""} if small else {}),
-            ("saved run", saved), ("command line", given)]
-
-
-def merge(stack):
-    """({name: value}, {name: the layer that set it}) of `layers`: the last layer to give a value wins.
-    The names of the second dict come layer by layer, in the layers' order."""
-    values, last = {}, {}
-    for layer, given in stack:
-        values.update(given)
-        last.update(dict.fromkeys(given, layer))
-    return values, {name: layer for layer, given in stack for name in given if last[name] == layer}
-
-
-def configure(given, saved=None):
-    """The Config of these given knobs (and a resumed run's saved ones): `layers` merged, split into the
-    knobs and `cfg.unflagged`; `cfg.source` names the layer that set each value."""
-    values, source = merge(layers(given, saved))
-    knobs = {f.name for f in dataclasses.fields(Config)}
-    cfg = Config(**{k: v for k, v in values.items() if k in knobs}).derive(
-        {k: v for k, v in values.items() if k not in knobs})
-    cfg.source = source
-    return cfg
-
-
-def table_key(model):
-    """The MODELS and COLUMNS key of a --model, so its alias, the hub id it stands for and a directory
-    named after either find the same row: the last path part, lower case, without an -Instruct[-date].
-
-    >>> [table_key(m) for m in ("Qwen3-8B", "Qwen/Qwen3-4B-Instruct-2507", "/ckpt/Qwen3-8B/", "random-qwen3-8b:4")]
-    ['qwen3-8b', 'qwen3-4b', 'qwen3-8b', 'random-qwen3-8b:4']
-    """
-    return re.sub(r"-instruct(-\d+)?$", "", model.rstrip("/").rsplit("/", 1)[-1].lower())
 
 
 def main(argv=None):
