@@ -169,7 +169,6 @@ def _act(play_, text):
     the last `</think>` acts; the transcript already holds the whole reply."""
     text = after_thinking(text)
     kind, calls = ("game", []) if play_.tools is None else parse_tool_turn(text)
-    play_.new_messages = []
     try:
         if kind == "tool_calls":   # well-formed calls bypass step(): they do not advance turn_count
             play_.new_messages = _tool_results(play_, calls)
@@ -180,10 +179,9 @@ def _act(play_, text):
     except sandbox.SandboxError as e:   # FAILED or trained: _end_on_error decides
         return _end_on_error(play_, e, "tool" if kind == "tool_calls" else "step")
     if kind == "malformed":   # METHOD 4.3: keep the tokens but out of the loss, and show the format
-        tokens, loss_mask, logprobs = play_.sequence()
-        start = play_.turn_start
-        loss_mask[start:] = [0] * (len(tokens) - start)
-        logprobs[start:] = [0.0] * (len(tokens) - start)
+        _, loss_mask, logprobs = play_.sequence()
+        loss_mask[play_.turn_start:] = [0] * (len(loss_mask) - play_.turn_start)
+        logprobs[play_.turn_start:] = [0.0] * (len(logprobs) - play_.turn_start)
         observation = f"{observation}\n\n{TOOL_CALL_REMINDER}"
     if kind != "tool_calls":
         play_.new_messages = [{"role": "user", "content": observation}]
@@ -495,9 +493,7 @@ def parse_tool_calls(text):
     >>> parse_tool_calls("<tool_call><function=f><parameter=x>\\n2\\n</parameter></function></tool_call>")
     [{'name': 'f', 'arguments': {'x': 2}}]
     """
-    text = text.rstrip()
-    if text.endswith("<|im_end|>"):
-        text = text[:-len("<|im_end|>")]
+    text = text.rstrip().removesuffix("<|im_end|>")
     calls = (_parse_call(block.strip()) for block in tag_blocks(text, "<tool_call>", "</tool_call>"))
     return [call for call in calls if call is not None]
 

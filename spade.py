@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:   # no torch below this line's imports: a bad flag is one sentence in a second
+    import agent
     import designer
     import prompts
     import regret
     from designer import Setting
     from envs import GAME_SKILLS, TOOL_SKILLS
     from backend import launch
-    from harness import cli
+    from harness import cli, plan, report
     from harness.checkpoint import save_checkpoint
 except ModuleNotFoundError as e:   # a Python without the packages: the venv that `make` builds has them
     raise SystemExit(f"spade.py: {e}; run it with .venv/bin/python (`make` builds it) or pip install -r "
@@ -87,9 +88,8 @@ class Config:
                  for k, names in choices().items() if getattr(self, k) not in names]
         if wrong:   # first: the setting's skills and tables depend on it
             raise SystemExit(f"spade.py: {wrong[0]}")
-        skills = self.skill_list()
-        self.unflagged = Unflagged(**{**unflagged, "skills_per_regen": min(unflagged.get("skills_per_regen", 3),
-                                                                           len(skills))})
+        skills_per_regen = min(unflagged["skills_per_regen"], len(self.skill_list()))   # at most those in play
+        self.unflagged = Unflagged(**{**unflagged, "skills_per_regen": skills_per_regen})
         self.out = self.out.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
         problems = [msg for bad, msg in [
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
@@ -206,14 +206,11 @@ def choices():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
-        from harness import report
         return report.main(argv[1:])
     if argv[:1] == ["plan"]:     # what such a run chooses on such GPUs, without them (harness/plan.py)
-        from harness import plan
         return print(plan.main(argv[1:], parse_config, SETTINGS))
     if argv[:1] == ["config"]:   # the header such a run prints: every value under the layer that set it
-        from harness.report import config_lines
-        return print("\n".join(config_lines(parse_config(argv[1:]))))
+        return print("\n".join(report.config_lines(parse_config(argv[1:]))))
     cfg = parse_config(argv)
     status = launch.as_ranks(argv, __file__)   # several GPUs: this process starts one rank per GPU
     if status is not None:
@@ -221,7 +218,6 @@ def main(argv=None):
     from harness.setup import set_up
     run = set_up(cfg, SETTINGS[cfg.setting])
     if train(run) and run.rank == 0:
-        from harness import report
         report.main([str(run.dir)])
     if run.world > 1:
         launch.end_rank()   # not the interpreter's exit, beside torch.distributed's threads
@@ -236,7 +232,6 @@ def train(run):
     what a checkpoint keeps: the step, the pool (empty until the first regen step), the open epoch (None
     until step 0's `new_pool`), the blacklist, the RNGs and the learning-potential tracker.
     """
-    import agent
     import grpo
     cfg, state = run.cfg, run.state
     for step in range(state["step"], cfg.steps):
@@ -271,7 +266,7 @@ def train(run):
         update = update_policy(run, trained + agent_samples, times)
         # 6. Memory records each new environment with its win rate and regret at its regen step (METHOD 8).
         if regen is not None:
-            metrics.update(remember(run, regen, episodes, played, step))
+            metrics.update(remember(run, regen, played, step))
         # 7. Log one line; a checkpoint every N steps, at the end, and on Ctrl-C, the engine still asleep.
         metrics.update(step_metrics(played, episodes, agent_samples, designer_batch, update, times, start))
         if not log_and_save(run, step, played, episodes, metrics):
@@ -299,7 +294,6 @@ class Regen:
     hints: list
     hinted: list
     rejected: list
-    hinted_rewards: dict   # env_id -> the rewards of its hinted plays that were not FAILED
     epoch: object          # regret.Epoch: the epoch that opens on these environments
 
 
@@ -307,7 +301,6 @@ def new_pool(run, step, times, metrics):
     """The designer writes G environments (each validated by the gate), then a hint for each, then the
     agent plays each new environment with its hint: R_hint. The pool is topped up from the seed
     environments where fewer than G are valid; the new epoch (Regen.epoch) holds the designer samples."""
-    import agent
     cfg, state = run.cfg, run.state
     with timer(times, "design"):
         envs, samples, rejected = design(run, step, metrics)
@@ -327,8 +320,7 @@ def new_pool(run, step, times, metrics):
     state["pool"] = envs + topup
     state["lengths"] = {e.env_id: state["lengths"][e.env_id] for e in state["pool"] if e.env_id in state["lengths"]}
     by_env = {e.env_id: [p.outcome() for p in scored_hinted if p.env_id == e.env_id] for e in envs}
-    epoch = regret.Epoch(step, samples, {k: v for k, v in by_env.items() if v}, timeouts=hung)
-    return Regen(envs, hints, hinted, rejected, regret.group_rewards(scored_hinted), epoch)
+    return Regen(envs, hints, hinted, rejected, regret.Epoch(step, samples, by_env, timeouts=hung))
 
 
 def design(run, step, metrics):
@@ -359,22 +351,29 @@ def design(run, step, metrics):
 def trained_plays(run, step, times, metrics):
     """This step's trained plays: K of each pool environment not blacklisted, seeded per play and salted
     by --seed and the step (at a regen step they are the first K of the hinted plays' seeds, METHOD
-    13.3). The fixed-pool baseline takes its pool's next G environments; the RLVE baseline plays new RLVE problems."""
+    13.3). The fixed-pool baseline takes its pool's next G environments; the RLVE baseline plays a new RLVE
+    problem per environment, at its adaptive difficulty (baselines/rlve.py)."""
     cfg, state = run.cfg, run.state
-    if cfg.rlve:
-        return rlve_plays(run, times, metrics)
     if cfg.pool:
         state["pool"] = next_from_pool(run.fixed_pool, state, cfg.num_envs)
     with timer(times, "play"):
-        return play_on_ranks(run, [e for e in state["pool"] if e.env_id not in state["blacklist"]], cfg.plays_per_env,
-                             step)
+        if not cfg.rlve:
+            return play_on_ranks(run, [e for e in state["pool"] if e.env_id not in state["blacklist"]],
+                                 cfg.plays_per_env, step)
+        from baselines import rlve
+        names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
+        played = rlve.play_round(state["rlve"], names, state["rng"], run.gen, run.tokenizer, cfg.plays_per_env,
+                                 lambda sizes, work: launch.divide(run, sizes, work), params=run.params["agent"],
+                                 max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens,
+                                 thinking=cfg.thinking == "on")
+    metrics.update(state["rlve"].metrics())
+    return played
 
 
 def play_on_ranks(run, envs, num_plays, step, hints=None):
     """`num_plays` plays of each environment (with its hint), seeded per play, salted by --seed and step; the
     ranks divide the (environment, play) pairs, balanced by each environment's mean length when it
     was last played. Every rank returns them all, environment-major."""
-    import agent
     cfg = run.cfg
     salt = f"{cfg.seed}/{step}" if cfg.seed else step   # --seed 0 plays the instances it always played
     pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, num_plays, salt)]
@@ -387,20 +386,6 @@ def play_on_ranks(run, envs, num_plays, step, hints=None):
     for env in envs:
         tokens = [e.num_generated_tokens for e in played if e.env_id == env.env_id]
         lengths[env.env_id] = sum(tokens) / len(tokens) if tokens else 1.0
-    return played
-
-
-def rlve_plays(run, times, metrics):
-    """Baseline: a new RLVE problem per environment, at its adaptive difficulty (baselines/rlve.py)."""
-    from baselines import rlve
-    cfg, state = run.cfg, run.state
-    names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
-    with timer(times, "play"):
-        played = rlve.play_round(state["rlve"], names, state["rng"], run.gen, run.tokenizer, cfg.plays_per_env,
-                                 lambda sizes, work: launch.divide(run, sizes, work), params=run.params["agent"],
-                                 max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens,
-                                 thinking=cfg.thinking == "on")
-    metrics.update(state["rlve"].metrics())
     return played
 
 
@@ -422,9 +407,7 @@ def score_designer(run, finished, episodes):
     import grpo
     cfg, num_agent = run.cfg, grpo.num_trained_episodes(episodes)
     batch = []
-    for epoch in finished:
-        if epoch is None or not epoch.samples:
-            continue
+    for epoch in (e for e in finished if e is not None):   # None: no epoch was open
         raw, advantages = regret.score_designer_batch(cfg.designer_reward, epoch.outcomes(), num_agent=num_agent,
                                                       regen_interval=cfg.regen_interval, tracker=run.state["tracker"],
                                                       **cfg.plateau())
@@ -448,16 +431,15 @@ def update_policy(run, batch, times):
 
 
 # --- 6. memory; 7. the log line and the checkpoint -------------------------------------------------
-def remember(run, regen, episodes, played, step):
+def remember(run, regen, played, step):
     """Memory records each new environment with its win rate and raw regret at the regen step
     (METHOD 8); the step's samples are dumped for people. Returns the designer's regret and length metrics."""
-    scores, rewards, hinted = {}, regret.group_rewards(episodes), regen.hinted_rewards
-    for env in regen.envs:
-        step0 = rewards.get(env.env_id, [])
-        raw = regret.EnvOutcome(env.skill, [step0], hinted.get(env.env_id, [])).regret
-        scores[env.env_id] = dict(win_rate=regret.share_won(step0), regret=raw)
+    scores = {}
+    # The new epoch has recorded this regen step's plays alone; its outcomes are in slot order, as the envs.
+    for env, outcome in zip(regen.envs, regen.epoch.outcomes()):
+        scores[env.env_id] = dict(win_rate=regret.share_won(outcome.window_rewards[0]), regret=outcome.regret)
         if run.memory is not None:
-            run.memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], raw, step)
+            run.memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], outcome.regret, step)
     if run.memory is not None and run.rank == 0:   # every rank holds the memory; one writes it
         run.memory.save()
     run.log.samples(step, regen, played, scores)
@@ -468,9 +450,8 @@ def remember(run, regen, episodes, played, step):
 
 
 def step_metrics(played, episodes, agent_samples, designer_batch, update, times, start):
-    from harness.report import agent_metrics, designer_metrics
-    metrics = {**agent_metrics(played, episodes), "agent/samples": len(agent_samples),
-               **designer_metrics(designer_batch), "seconds": time.perf_counter() - start}
+    metrics = {**report.agent_metrics(played, episodes), "agent/samples": len(agent_samples),
+               **report.designer_metrics(designer_batch), "seconds": time.perf_counter() - start}
     metrics.update({f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))})
     metrics["tokens_per_s"] = sum(e.num_generated_tokens for e in played) / max(1e-9, times.get("play", 0.0))
     return {**metrics, **{f"time/{k}": v for k, v in times.items()}}
