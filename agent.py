@@ -258,25 +258,17 @@ def _generate(engine, tokenizer, live, params, max_new_tokens, max_context, timi
     return [(p, text) for p, stop, text in zip(live, stopped, texts) if stop]
 
 
-def _append_deltas(tokenizer, live, end_texts, max_context):
-    """The template delta of each episode's new messages, tokenised in one batch. Mask 0: the
-    environment and the template wrote these tokens, not the policy. A delta that does not fit in
-    max_context ends its episode truncated instead (METHOD 4.1): no sequence grows past it."""
-    deltas = [chat.delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) for p in live]
-    for p, token_ids in zip(live, chat.encode(tokenizer, deltas)):
-        if len(p.sequence()[0]) + len(token_ids) > max_context:
-            _end(p, "truncated")
-        else:
-            _extend(p.sequence(), token_ids, 0)
-
-
-def _render_prompts(tokenizer, live, thinking, max_context):
-    """Each episode's whole transcript rendered with the generation prompt: the first prompt of every
-    episode, and in thinking mode every turn's (the template drops the thinking of earlier turns). A
-    prompt past max_context ends its episode truncated and is kept nowhere (METHOD 4.1)."""
-    texts = [chat.render(tokenizer, p.episode.messages, p.tools, True, thinking) for p in live]
+def _add_prompts(tokenizer, live, thinking, max_context, end_texts=None):
+    """What each live episode is shown before its next turn, tokenised in one batch. Mask 0: the
+    environment and the template wrote these tokens, not the policy. With `end_texts`, the template delta
+    of its new messages, appended to its sequence; else its whole transcript rendered with the generation
+    prompt: the first prompt of every episode, and in thinking mode every turn's (the template drops the
+    thinking of earlier turns), which replaces the last. What would not fit in max_context ends its
+    episode truncated instead and is kept nowhere (METHOD 4.1): no sequence grows past it."""
+    texts = [chat.delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) if end_texts
+             else chat.render(tokenizer, p.episode.messages, p.tools, True, thinking) for p in live]
     for p, token_ids in zip(live, chat.encode(tokenizer, texts)):
-        if len(token_ids) > max_context:
+        if (0 if thinking else len(p.episode.tokens)) + len(token_ids) > max_context:
             _end(p, "truncated")
         elif thinking:
             p.prompt = token_ids
@@ -316,7 +308,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
     bar = tqdm(total=len(plays), desc=progress, unit="play", leave=False, disable=None if progress else True)
     try:
         _in_pool(pool, timings, _start, [(p, timeout_s, max_turns) for p in plays])
-        _render_prompts(tokenizer, _running(plays), thinking, max_context)
+        _add_prompts(tokenizer, _running(plays), thinking, max_context)
         _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns=max_turns, max_context=max_context,
                max_new_tokens=max_new_tokens, thinking=thinking)
         bar.update(len(plays) - bar.n)
@@ -341,7 +333,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
 def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, max_context, max_new_tokens,
            thinking):
     """Every turn of every live play: generate the replies in one batch, carry them to the sandboxes."""
-    end_texts = sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
+    end_texts = None if thinking else sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
     for turn in range(max_turns):
         for p in _running(plays):   # METHOD 4.1: no room left for a useful turn
             if max_context - len(p.context()) <= CONTEXT_MARGIN:
@@ -359,10 +351,7 @@ def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, m
         if turn == max_turns - 1:   # the agent's turn cap (METHOD 4.1: TIMEOUT -> truncated)
             for p in _running(plays):
                 _end(p, "truncated")
-        if thinking:
-            _render_prompts(tokenizer, _running(plays), thinking, max_context)
-        else:
-            _append_deltas(tokenizer, _running(plays), end_texts, max_context)
+        _add_prompts(tokenizer, _running(plays), thinking, max_context, end_texts)   # thinking: a prompt rendered anew
 
 
 def _running(plays):
@@ -480,8 +469,7 @@ def _parse_call(block):
     arguments = call.get("arguments", call.get("parameters", {}))
     if isinstance(arguments, str):   # some models encode the arguments object as a JSON string
         arguments = _json_or_text(arguments) if arguments.strip() else {}
-    if arguments is None:
-        arguments = {}
+    arguments = {} if arguments is None else arguments   # "arguments": null
     return {"name": call["name"].strip(), "arguments": arguments} if isinstance(arguments, dict) else None
 
 

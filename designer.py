@@ -37,8 +37,8 @@ import prompts
 from agent import after_thinking, extract_boxed
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
-from sandbox.contract import (clean_text, control_tokens, plain_messages,   # clean_text: lone surrogates as U+FFFD
-                              printable, read_json)
+from backend import chat
+from sandbox.contract import clean_text, printable, read_json   # clean_text: lone surrogates as U+FFFD
 
 SNIPPET_CHARS = 2000                  # METHOD 8: memory keeps the first 2000 characters of the code
 
@@ -223,8 +223,7 @@ def tool_messages(skill: str, snippet: str | None, memory_block: str, rng: rando
 def encode_chat(tokenizer, messages: list[dict]) -> tuple[str, list[int]]:
     """The chat-templated prompt text and its token ids, ready for generation (non-thinking). What the
     messages quote (a document, memory, code) is kept `plain`."""
-    text = tokenizer.apply_chat_template(plain_messages(messages, control_tokens(tokenizer)), tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=False)
+    text = chat.render(tokenizer, messages, None, True)
     return text, tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -282,7 +281,7 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
     """
     assert set(slots.values()) <= set(setting.skills), f"unknown skills: {set(slots.values()) - set(setting.skills)}"
     accepted: dict[int, _Attempt] = {}
-    failures, num_attempts = [], 0
+    failures = []
     with ticking_bar(len(slots), progress, unit="env") as bar:
         for attempt in range(1, max_attempts + 1):
             batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, seed, rollout_id, max_turns, tokenizer)
@@ -292,7 +291,6 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
             bar.set_postfix_str(f"attempt {attempt}/{max_attempts}")
             validations = _validated(engine, tokenizer, batch, params, max_turns,
                                      audit_params if setting.audit else None)
-            num_attempts += len(batch)
             for a, v in zip(batch, validations):
                 a.validation = v
                 if v.ok:
@@ -304,9 +302,8 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
                                  "finish_reason": a.completion.finish_reason, "response": a.response_text[:2000]})
     samples = [_designer_sample(accepted[slot], rollout_id) for slot in sorted(accepted)]
     envs = [Environment(s.env_id, s.skill, s.code) for s in samples]
-    stats = {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": num_attempts,
-             "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
-    return envs, samples, stats
+    return envs, samples, {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": len(failures) + len(envs),
+                           "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
 
 
 @contextlib.contextmanager
@@ -412,14 +409,12 @@ def parse_hint(text: str) -> str:
     'Halve the range.'
     """
     text = _without_thinking(after_thinking(text)).strip()
-    block = _json_block(text)
-    if block is not None:
-        try:
-            value = read_json(block)
-        except ValueError:
-            value = None
-        if isinstance(value, dict) and isinstance(value.get("hint"), str):
-            return value["hint"].strip()
+    try:   # the ```json block's value; no block, or an empty one, reads as null
+        value = read_json(_json_block(text) or "null")
+    except ValueError:
+        value = None
+    if isinstance(value, dict) and isinstance(value.get("hint"), str):
+        return value["hint"].strip()
     return text
 
 

@@ -289,8 +289,7 @@ def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1, moments=
 def frozen_copy(model):
     """The KL reference (a frozen copy of the initial policy) of one process. Build it only when
     kl_coef != 0: it costs a model's memory. (Several ranks load it sharded: checkpoint.kl_reference.)"""
-    reference = copy.deepcopy(model).eval()
-    return reference.requires_grad_(False)
+    return copy.deepcopy(model).eval().requires_grad_(False)
 
 
 def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=16384, temperature=1.0,

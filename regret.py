@@ -72,11 +72,7 @@ def plateau(win_rate: float, lo: float = 0.4, hi: float = 0.6, ramp: float = 0.2
     """
     if not (lo <= hi and ramp > 0):
         raise ValueError(f"plateau needs lo <= hi and ramp > 0, got lo={lo} hi={hi} ramp={ramp}")
-    if win_rate < lo:
-        return max(0.0, 1.0 - (lo - win_rate) / ramp)
-    if win_rate > hi:
-        return max(0.0, 1.0 - (win_rate - hi) / ramp)
-    return 1.0
+    return max(0.0, 1.0 - max(lo - win_rate, win_rate - hi, 0.0) / ramp)   # the distance outside [lo, hi]
 
 
 def hint_regret(hinted_mean: float, unhinted_mean: float, scale: float = 0.15, floor: bool = True) -> float:
