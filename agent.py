@@ -14,14 +14,13 @@ thinking mode (METHOD.md 4.2) every turn's prompt is the transcript rendered aga
 training sequence of its own (`Episode.turns`). A SandboxError ends its episode with reward -1; the
 FAILED plays (all but step() raising, `_end_on_error`) are marked for the loop to drop (METHOD.md 3.3).
 """
-import dataclasses
 import hashlib
 import json
 import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tqdm import tqdm
 
@@ -63,7 +62,7 @@ class Episode:
     def outcome(self):
         """This play without its token sequences and transcript: what an epoch keeps for its designer
         reward (regret.EnvOutcome), everything else the play recorded included."""
-        return dataclasses.replace(self, tokens=[], loss_mask=[], logprobs=[], messages=[], turns=[])
+        return replace(self, tokens=[], loss_mask=[], logprobs=[], messages=[], turns=[])
 
     def sequences(self):
         """The training sequences, (tokens, loss_mask, logprobs) each, that have a generated token to
@@ -239,7 +238,7 @@ def _generate(engine, tokenizer, live, params, max_new_tokens, max_context, timi
         index = [i for i, b in enumerate(budgets) if b == budget]
         tick = time.perf_counter()
         batch = engine.generate([live[i].context() for i in index],
-                                dataclasses.replace(params, max_new_tokens=budget))
+                                replace(params, max_new_tokens=budget))
         timings["generate_s"] += time.perf_counter() - tick
         timings["num_generate_calls"] += 1
         assert len(batch) == len(index), f"engine returned {len(batch)} completions for {len(index)} prompts"
@@ -345,7 +344,7 @@ def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, m
         bar.update(len(plays) - len(_running(plays)) - bar.n)
         if not _running(plays):
             return
-        turn_params = params if params.seed is None else dataclasses.replace(params, seed=params.seed + turn)
+        turn_params = params if params.seed is None else replace(params, seed=params.seed + turn)
         replies = _generate(engine, tokenizer, _running(plays), turn_params, max_new_tokens, max_context, timings)
         _in_pool(pool, timings, _act, replies)
         if turn == max_turns - 1:   # the agent's turn cap (METHOD 4.1: TIMEOUT -> truncated)
@@ -449,7 +448,8 @@ def game_action(text):
     return f"\\boxed{{{content}}}" if content is not None else text.strip()
 
 
-def _json_or_text(value):
+def json_or_text(value):
+    """`value` read as JSON, or as it is when it is not JSON."""
     try:
         return read_json(value)
     except ValueError:   # not JSON, or nested too deep (a reply of 100k "[" must not end the run)
@@ -460,15 +460,15 @@ def _parse_call(block):
     """One <tool_call> body as {"name", "arguments"}, XML form first, then JSON; None if malformed."""
     function = next(iter(_named_blocks(block, "function")), None)
     if function:   # <function=name><parameter=k>v</parameter>...</function> (Qwen3-Coder style)
-        arguments = {key.strip(): _json_or_text(value.strip("\n"))
+        arguments = {key.strip(): json_or_text(value.strip("\n"))
                      for key, value in _named_blocks(function[1], "parameter")}
         return {"name": function[0].strip(), "arguments": arguments}
-    call = _json_or_text(block)
+    call = json_or_text(block)
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"].strip():
         return None
     arguments = call.get("arguments", call.get("parameters", {}))
     if isinstance(arguments, str):   # some models encode the arguments object as a JSON string
-        arguments = _json_or_text(arguments) if arguments.strip() else {}
+        arguments = json_or_text(arguments) if arguments.strip() else {}
     arguments = {} if arguments is None else arguments   # "arguments": null
     return {"name": call["name"].strip(), "arguments": arguments} if isinstance(arguments, dict) else None
 

@@ -14,7 +14,6 @@ attempt is the same whichever process makes it; up to 5 validated attempts per s
 never trained; the sample is the prompt (mask 0) and the response (mask 1, its log-probs).
 """
 import contextlib
-import dataclasses
 import importlib.util
 import inspect
 import json
@@ -27,14 +26,14 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from tqdm import tqdm
 
 import prompts
-from agent import after_thinking, extract_boxed
+from agent import after_thinking, extract_boxed, json_or_text
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
 from backend import chat
@@ -86,11 +85,10 @@ class EnvMemory:
         if self.path is not None and self.path.exists():
             self.records = self._load(self.path)[-capacity:]
 
-    @staticmethod
-    def _load(path: Path) -> list[dict]:
+    def _load(self, path: Path) -> list[dict]:
         """The records of `path`; a corrupt file is moved aside (never overwritten) and [] returned."""
         try:
-            return EnvMemory.checked(read_json(path.read_bytes()))
+            return self.checked(read_json(path.read_bytes()))
         except (ValueError, OSError) as e:   # not JSON, not UTF-8, nested too deep; a directory
             base = f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
             aside, copies = path.with_name(base), 1
@@ -264,8 +262,7 @@ def _prepare(slot, skill, attempt, setting, corpus, memory, seed, rollout_id, ma
     doc_id, document = corpus.sample(rng) if corpus is not None else (None, None)
     block = memory.render(skill, rng) if memory is not None else ""
     messages = setting.designer_messages(skill, document, block, rng, max_turns=max_turns)   # difficulty: medium
-    text, tokens = encode_chat(tokenizer, messages)
-    return _Attempt(slot, skill, text, tokens, doc_id, attempt)
+    return _Attempt(slot, skill, *encode_chat(tokenizer, messages), doc_id, attempt)   # prompt text and tokens
 
 
 def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus, memory, params, max_turns: int,
@@ -316,9 +313,8 @@ def ticking_bar(total, label, unit):
     def tick():
         while not stop.wait(1.0):
             bar.refresh()
-    ticker = threading.Thread(target=tick, daemon=True)
     if not bar.disable:
-        ticker.start()
+        threading.Thread(target=tick, daemon=True).start()
     try:
         yield bar
     finally:
@@ -355,18 +351,15 @@ def audited(engine, tokenizer, validations, params):
     """The validations with the solvability audit's rejections of the passed ones (METHOD 3.1 step 4):
     the policy reads each code and gives a verdict in one batched, untrained generate call."""
     passed = [i for i, v in enumerate(validations) if v.ok]
-    prompts_ = [encode_chat(tokenizer, audit_messages(validations[i].code))[1] for i in passed]
+    chats = [[{"role": "user", "content": prompts.AUDIT_TOOL_USER.format(code=validations[i].code)}] for i in passed]
+    prompts_ = [encode_chat(tokenizer, messages)[1] for messages in chats]
     validations = list(validations)
     for i, reply in zip(passed, _generate(engine, tokenizer, prompts_, params)[1]):
         if not accepts(reply):
             tail = " ".join(reply.split())[-240:]
-            validations[i] = dataclasses.replace(validations[i], ok=False, stage="audit",
+            validations[i] = replace(validations[i], ok=False, stage="audit",
                                                  error=f"the solvability audit says no: ...{tail}")
     return validations
-
-
-def audit_messages(code: str) -> list[dict]:
-    return [{"role": "user", "content": prompts.AUDIT_TOOL_USER.format(code=code)}]
 
 
 def accepts(reply: str) -> bool:
@@ -409,10 +402,7 @@ def parse_hint(text: str) -> str:
     'Halve the range.'
     """
     text = _without_thinking(after_thinking(text)).strip()
-    try:   # the ```json block's value; no block, or an empty one, reads as null
-        value = read_json(_json_block(text) or "null")
-    except ValueError:
-        value = None
+    value = json_or_text(_json_block(text) or "null")   # no block, or an empty one: null
     if isinstance(value, dict) and isinstance(value.get("hint"), str):
         return value["hint"].strip()
     return text

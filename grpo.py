@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from compute import attention
 from backend import models
-from compute import packing
+from compute import attention, packing
 
 
 @dataclass
@@ -257,9 +256,8 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
 
     loss, flat_logprobs = fused.linear_token_loss(hidden, weight, targets, token_loss, temperature)
     logprobs = packing.per_sample(flat_logprobs, batch)
-    stats = grpo_loss(logprobs, logprobs, batch.rollout_logprobs, batch.advantages, mask, clip_low, clip_high,
-                      tis_cap, kl_coef, ref_logprobs, batch.weights)[1]
-    return loss, stats
+    return loss, grpo_loss(logprobs, logprobs, batch.rollout_logprobs, batch.advantages, mask, clip_low, clip_high,
+                           tis_cap, kl_coef, ref_logprobs, batch.weights)[1]   # its stats
 
 
 # ---------------------------------------------------------------------------------------------------

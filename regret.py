@@ -14,7 +14,6 @@ never reads them (METHOD 13.2): micro-LP, the frontier penalty, the solver-varia
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 
@@ -51,10 +50,10 @@ def agent_advantages(rewards: list[float]) -> list[float]:
 
 def group_rewards(episodes) -> dict[str, list[float]]:
     """env_id -> the rewards of its plays, in order (anything with .env_id and .reward)."""
-    groups = defaultdict(list)
+    groups = {}
     for episode in episodes:
-        groups[episode.env_id].append(episode.reward)
-    return dict(groups)
+        groups.setdefault(episode.env_id, []).append(episode.reward)
+    return groups
 
 
 def episode_advantages(episodes) -> list[float]:

@@ -443,10 +443,9 @@ def remember(run, regen, played, step):
     if run.memory is not None and run.rank == 0:   # every rank holds the memory; one writes it
         run.memory.save()
     run.log.samples(step, regen, played, scores)
-    if not regen.envs:
-        return {}
+    lines = [len(e.code.splitlines()) for e in regen.envs]
     return {"designer/regret": sum(v["regret"] for v in scores.values()) / len(scores),
-            "designer/env_lines": sum(len(e.code.splitlines()) for e in regen.envs) / len(regen.envs)}
+            "designer/env_lines": sum(lines) / len(lines)} if scores else {}
 
 
 def step_metrics(played, episodes, agent_samples, designer_batch, update, times, start):
