@@ -14,14 +14,13 @@ thinking mode (METHOD.md 4.2) every turn's prompt is the transcript rendered aga
 training sequence of its own (`Episode.turns`). A SandboxError ends its episode with reward -1; the
 FAILED plays (all but step() raising, `_end_on_error`) are marked for the loop to drop (METHOD.md 3.3).
 """
-import dataclasses
 import hashlib
 import json
 import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tqdm import tqdm
 
@@ -63,7 +62,7 @@ class Episode:
     def outcome(self):
         """This play without its token sequences and transcript: what an epoch keeps for its designer
         reward (regret.EnvOutcome), everything else the play recorded included."""
-        return dataclasses.replace(self, tokens=[], loss_mask=[], logprobs=[], messages=[], turns=[])
+        return replace(self, tokens=[], loss_mask=[], logprobs=[], messages=[], turns=[])
 
     def sequences(self):
         """The training sequences, (tokens, loss_mask, logprobs) each, that have a generated token to
@@ -169,7 +168,6 @@ def _act(play_, text):
     the last `</think>` acts; the transcript already holds the whole reply."""
     text = after_thinking(text)
     kind, calls = ("game", []) if play_.tools is None else parse_tool_turn(text)
-    play_.new_messages = []
     try:
         if kind == "tool_calls":   # well-formed calls bypass step(): they do not advance turn_count
             play_.new_messages = _tool_results(play_, calls)
@@ -180,10 +178,9 @@ def _act(play_, text):
     except sandbox.SandboxError as e:   # FAILED or trained: _end_on_error decides
         return _end_on_error(play_, e, "tool" if kind == "tool_calls" else "step")
     if kind == "malformed":   # METHOD 4.3: keep the tokens but out of the loss, and show the format
-        tokens, loss_mask, logprobs = play_.sequence()
-        start = play_.turn_start
-        loss_mask[start:] = [0] * (len(tokens) - start)
-        logprobs[start:] = [0.0] * (len(tokens) - start)
+        _, loss_mask, logprobs = play_.sequence()
+        loss_mask[play_.turn_start:] = [0] * (len(loss_mask) - play_.turn_start)
+        logprobs[play_.turn_start:] = [0.0] * (len(logprobs) - play_.turn_start)
         observation = f"{observation}\n\n{TOOL_CALL_REMINDER}"
     if kind != "tool_calls":
         play_.new_messages = [{"role": "user", "content": observation}]
@@ -241,7 +238,7 @@ def _generate(engine, tokenizer, live, params, max_new_tokens, max_context, timi
         index = [i for i, b in enumerate(budgets) if b == budget]
         tick = time.perf_counter()
         batch = engine.generate([live[i].context() for i in index],
-                                dataclasses.replace(params, max_new_tokens=budget))
+                                replace(params, max_new_tokens=budget))
         timings["generate_s"] += time.perf_counter() - tick
         timings["num_generate_calls"] += 1
         assert len(batch) == len(index), f"engine returned {len(batch)} completions for {len(index)} prompts"
@@ -260,25 +257,17 @@ def _generate(engine, tokenizer, live, params, max_new_tokens, max_context, timi
     return [(p, text) for p, stop, text in zip(live, stopped, texts) if stop]
 
 
-def _append_deltas(tokenizer, live, end_texts, max_context):
-    """The template delta of each episode's new messages, tokenised in one batch. Mask 0: the
-    environment and the template wrote these tokens, not the policy. A delta that does not fit in
-    max_context ends its episode truncated instead (METHOD 4.1): no sequence grows past it."""
-    deltas = [chat.delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) for p in live]
-    for p, token_ids in zip(live, chat.encode(tokenizer, deltas)):
-        if len(p.sequence()[0]) + len(token_ids) > max_context:
-            _end(p, "truncated")
-        else:
-            _extend(p.sequence(), token_ids, 0)
-
-
-def _render_prompts(tokenizer, live, thinking, max_context):
-    """Each episode's whole transcript rendered with the generation prompt: the first prompt of every
-    episode, and in thinking mode every turn's (the template drops the thinking of earlier turns). A
-    prompt past max_context ends its episode truncated and is kept nowhere (METHOD 4.1)."""
-    texts = [chat.render(tokenizer, p.episode.messages, p.tools, True, thinking) for p in live]
+def _add_prompts(tokenizer, live, thinking, max_context, end_texts=None):
+    """What each live episode is shown before its next turn, tokenised in one batch. Mask 0: the
+    environment and the template wrote these tokens, not the policy. With `end_texts`, the template delta
+    of its new messages, appended to its sequence; else its whole transcript rendered with the generation
+    prompt: the first prompt of every episode, and in thinking mode every turn's (the template drops the
+    thinking of earlier turns), which replaces the last. What would not fit in max_context ends its
+    episode truncated instead and is kept nowhere (METHOD 4.1): no sequence grows past it."""
+    texts = [chat.delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) if end_texts
+             else chat.render(tokenizer, p.episode.messages, p.tools, True, thinking) for p in live]
     for p, token_ids in zip(live, chat.encode(tokenizer, texts)):
-        if len(token_ids) > max_context:
+        if (0 if thinking else len(p.episode.tokens)) + len(token_ids) > max_context:
             _end(p, "truncated")
         elif thinking:
             p.prompt = token_ids
@@ -318,7 +307,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
     bar = tqdm(total=len(plays), desc=progress, unit="play", leave=False, disable=None if progress else True)
     try:
         _in_pool(pool, timings, _start, [(p, timeout_s, max_turns) for p in plays])
-        _render_prompts(tokenizer, _running(plays), thinking, max_context)
+        _add_prompts(tokenizer, _running(plays), thinking, max_context)
         _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns=max_turns, max_context=max_context,
                max_new_tokens=max_new_tokens, thinking=thinking)
         bar.update(len(plays) - bar.n)
@@ -343,7 +332,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
 def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, max_context, max_new_tokens,
            thinking):
     """Every turn of every live play: generate the replies in one batch, carry them to the sandboxes."""
-    end_texts = sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
+    end_texts = None if thinking else sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
     for turn in range(max_turns):
         for p in _running(plays):   # METHOD 4.1: no room left for a useful turn
             if max_context - len(p.context()) <= CONTEXT_MARGIN:
@@ -355,16 +344,13 @@ def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, m
         bar.update(len(plays) - len(_running(plays)) - bar.n)
         if not _running(plays):
             return
-        turn_params = params if params.seed is None else dataclasses.replace(params, seed=params.seed + turn)
+        turn_params = params if params.seed is None else replace(params, seed=params.seed + turn)
         replies = _generate(engine, tokenizer, _running(plays), turn_params, max_new_tokens, max_context, timings)
         _in_pool(pool, timings, _act, replies)
         if turn == max_turns - 1:   # the agent's turn cap (METHOD 4.1: TIMEOUT -> truncated)
             for p in _running(plays):
                 _end(p, "truncated")
-        if thinking:
-            _render_prompts(tokenizer, _running(plays), thinking, max_context)
-        else:
-            _append_deltas(tokenizer, _running(plays), end_texts, max_context)
+        _add_prompts(tokenizer, _running(plays), thinking, max_context, end_texts)   # thinking: a prompt rendered anew
 
 
 def _running(plays):
@@ -462,7 +448,8 @@ def game_action(text):
     return f"\\boxed{{{content}}}" if content is not None else text.strip()
 
 
-def _json_or_text(value):
+def json_or_text(value):
+    """`value` read as JSON, or as it is when it is not JSON."""
     try:
         return read_json(value)
     except ValueError:   # not JSON, or nested too deep (a reply of 100k "[" must not end the run)
@@ -473,17 +460,16 @@ def _parse_call(block):
     """One <tool_call> body as {"name", "arguments"}, XML form first, then JSON; None if malformed."""
     function = next(iter(_named_blocks(block, "function")), None)
     if function:   # <function=name><parameter=k>v</parameter>...</function> (Qwen3-Coder style)
-        arguments = {key.strip(): _json_or_text(value.strip("\n"))
+        arguments = {key.strip(): json_or_text(value.strip("\n"))
                      for key, value in _named_blocks(function[1], "parameter")}
         return {"name": function[0].strip(), "arguments": arguments}
-    call = _json_or_text(block)
+    call = json_or_text(block)
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"].strip():
         return None
     arguments = call.get("arguments", call.get("parameters", {}))
     if isinstance(arguments, str):   # some models encode the arguments object as a JSON string
-        arguments = _json_or_text(arguments) if arguments.strip() else {}
-    if arguments is None:
-        arguments = {}
+        arguments = json_or_text(arguments) if arguments.strip() else {}
+    arguments = {} if arguments is None else arguments   # "arguments": null
     return {"name": call["name"].strip(), "arguments": arguments} if isinstance(arguments, dict) else None
 
 
@@ -495,9 +481,7 @@ def parse_tool_calls(text):
     >>> parse_tool_calls("<tool_call><function=f><parameter=x>\\n2\\n</parameter></function></tool_call>")
     [{'name': 'f', 'arguments': {'x': 2}}]
     """
-    text = text.rstrip()
-    if text.endswith("<|im_end|>"):
-        text = text[:-len("<|im_end|>")]
+    text = text.rstrip().removesuffix("<|im_end|>")
     calls = (_parse_call(block.strip()) for block in tag_blocks(text, "<tool_call>", "</tool_call>"))
     return [call for call in calls if call is not None]
 

@@ -14,8 +14,7 @@ attempt is the same whichever process makes it; up to 5 validated attempts per s
 never trained; the sample is the prompt (mask 0) and the response (mask 1, its log-probs).
 """
 import contextlib
-import dataclasses
-import importlib
+import importlib.util
 import inspect
 import json
 import math
@@ -27,18 +26,18 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from tqdm import tqdm
 
 import prompts
-from agent import after_thinking, extract_boxed
+from agent import after_thinking, extract_boxed, json_or_text
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
-from sandbox.contract import (clean_text, control_tokens, plain_messages,   # clean_text: lone surrogates as U+FFFD
-                              printable, read_json)
+from backend import chat
+from sandbox.contract import clean_text, printable, read_json   # clean_text: lone surrogates as U+FFFD
 
 SNIPPET_CHARS = 2000                  # METHOD 8: memory keeps the first 2000 characters of the code
 
@@ -86,11 +85,10 @@ class EnvMemory:
         if self.path is not None and self.path.exists():
             self.records = self._load(self.path)[-capacity:]
 
-    @staticmethod
-    def _load(path: Path) -> list[dict]:
+    def _load(self, path: Path) -> list[dict]:
         """The records of `path`; a corrupt file is moved aside (never overwritten) and [] returned."""
         try:
-            return EnvMemory.checked(read_json(path.read_bytes()))
+            return self.checked(read_json(path.read_bytes()))
         except (ValueError, OSError) as e:   # not JSON, not UTF-8, nested too deep; a directory
             base = f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
             aside, copies = path.with_name(base), 1
@@ -223,8 +221,7 @@ def tool_messages(skill: str, snippet: str | None, memory_block: str, rng: rando
 def encode_chat(tokenizer, messages: list[dict]) -> tuple[str, list[int]]:
     """The chat-templated prompt text and its token ids, ready for generation (non-thinking). What the
     messages quote (a document, memory, code) is kept `plain`."""
-    text = tokenizer.apply_chat_template(plain_messages(messages, control_tokens(tokenizer)), tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=False)
+    text = chat.render(tokenizer, messages, None, True)
     return text, tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -258,21 +255,18 @@ class _Attempt:
     validation: object = None     # gate.Validation
 
 
-def _prepare(slot, skill, attempt, setting, corpus, memory, seed, rollout_id, difficulty, max_turns,
-             tokenizer) -> _Attempt:
+def _prepare(slot, skill, attempt, setting, corpus, memory, seed, rollout_id, max_turns, tokenizer) -> _Attempt:
     """A fresh prompt for one attempt: a new corpus document and a new memory sample. Its randomness
     is its own, from (seed, rollout, slot, attempt), so an attempt is the same whichever process makes it."""
     rng = random.Random(f"{seed}:{rollout_id}:{slot}:{attempt}")
     doc_id, document = corpus.sample(rng) if corpus is not None else (None, None)
     block = memory.render(skill, rng) if memory is not None else ""
-    messages = setting.designer_messages(skill, document, block, rng, max_turns=max_turns, difficulty=difficulty)
-    text, tokens = encode_chat(tokenizer, messages)
-    return _Attempt(slot, skill, text, tokens, doc_id, attempt)
+    messages = setting.designer_messages(skill, document, block, rng, max_turns=max_turns)   # difficulty: medium
+    return _Attempt(slot, skill, *encode_chat(tokenizer, messages), doc_id, attempt)   # prompt text and tokens
 
 
 def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus, memory, params, max_turns: int,
-           seed: int, rollout_id: int, max_attempts: int = 5, difficulty: str = "medium",
-           num_validation_workers: int = 4, audit_params=None, progress=None):
+           seed: int, rollout_id: int, max_attempts: int = 5, audit_params=None, progress=None):
     """Write one environment per slot (slot index -> skill), each with up to `max_attempts` validated tries.
 
     Every round batches the attempts of all still-empty slots into one engine.generate call. Returns
@@ -284,17 +278,16 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
     """
     assert set(slots.values()) <= set(setting.skills), f"unknown skills: {set(slots.values()) - set(setting.skills)}"
     accepted: dict[int, _Attempt] = {}
-    failures, num_attempts = [], 0
+    failures = []
     with ticking_bar(len(slots), progress, unit="env") as bar:
         for attempt in range(1, max_attempts + 1):
-            batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, seed, rollout_id, difficulty, max_turns,
-                              tokenizer) for i in slots if i not in accepted]
+            batch = [_prepare(i, slots[i], attempt, setting, corpus, memory, seed, rollout_id, max_turns, tokenizer)
+                     for i in slots if i not in accepted]
             if not batch:
                 break
             bar.set_postfix_str(f"attempt {attempt}/{max_attempts}")
-            validations = _validated(engine, tokenizer, batch, params, max_turns, num_validation_workers,
+            validations = _validated(engine, tokenizer, batch, params, max_turns,
                                      audit_params if setting.audit else None)
-            num_attempts += len(batch)
             for a, v in zip(batch, validations):
                 a.validation = v
                 if v.ok:
@@ -304,15 +297,10 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
                 failures.append({"slot": a.slot, "skill": a.skill, "attempt": attempt, "stage": v.stage,
                                  "error": " ".join((v.error or "").split())[:300],
                                  "finish_reason": a.completion.finish_reason, "response": a.response_text[:2000]})
-    envs, samples = [], []
-    for slot in sorted(accepted):
-        a = accepted[slot]
-        env_id = f"game_{rollout_id:05d}_{slot:03d}_{skill_slug(a.skill)}"   # official file naming
-        envs.append(Environment(env_id, a.skill, a.validation.code))
-        samples.append(_designer_sample(a, env_id))
-    stats = {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": num_attempts,
-             "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
-    return envs, samples, stats
+    samples = [_designer_sample(accepted[slot], rollout_id) for slot in sorted(accepted)]
+    envs = [Environment(s.env_id, s.skill, s.code) for s in samples]
+    return envs, samples, {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": len(failures) + len(envs),
+                           "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
 
 
 @contextlib.contextmanager
@@ -325,9 +313,8 @@ def ticking_bar(total, label, unit):
     def tick():
         while not stop.wait(1.0):
             bar.refresh()
-    ticker = threading.Thread(target=tick, daemon=True)
     if not bar.disable:
-        ticker.start()
+        threading.Thread(target=tick, daemon=True).start()
     try:
         yield bar
     finally:
@@ -335,16 +322,22 @@ def ticking_bar(total, label, unit):
         bar.close()
 
 
-def _validated(engine, tokenizer, batch, params, max_turns, num_workers, audit_params):
+def _generate(engine, tokenizer, prompt_tokens, params):
+    """(completions, their decoded texts) of one batched generate call."""
+    completions = engine.generate(prompt_tokens, params) if prompt_tokens else []
+    assert len(completions) == len(prompt_tokens), "the engine must answer every prompt"
+    return completions, [tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
+
+
+def _validated(engine, tokenizer, batch, params, max_turns, audit_params):
     """One round: generate every attempt's response in one call, then the gate's verdict on each (and the
     audit's, with `audit_params`)."""
-    completions = engine.generate([a.prompt_tokens for a in batch], params)
-    assert len(completions) == len(batch), "the engine must answer every prompt"
-    for a, c in zip(batch, completions):
-        a.completion = c
-        a.response_text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
-    # Validation forks isolated children; a few at a time hide each other's start-up latency.
-    with ThreadPoolExecutor(max_workers=max(1, num_workers)) as pool:
+    completions, texts = _generate(engine, tokenizer, [a.prompt_tokens for a in batch], params)
+    for a, completion, text in zip(batch, completions, texts):
+        a.completion = completion
+        a.response_text = text
+    # Validation forks isolated children; a few (4) at a time hide each other's start-up latency.
+    with ThreadPoolExecutor(max_workers=4) as pool:
         validations = list(pool.map(lambda a: validate_env(a.response_text, max_turns=max_turns), batch))
     return audited(engine, tokenizer, validations, audit_params) if audit_params is not None else validations
 
@@ -358,21 +351,15 @@ def audited(engine, tokenizer, validations, params):
     """The validations with the solvability audit's rejections of the passed ones (METHOD 3.1 step 4):
     the policy reads each code and gives a verdict in one batched, untrained generate call."""
     passed = [i for i, v in enumerate(validations) if v.ok]
-    prompts_ = [encode_chat(tokenizer, audit_messages(validations[i].code))[1] for i in passed]
-    completions = engine.generate(prompts_, params) if prompts_ else []
-    assert len(completions) == len(prompts_), "the engine must answer every prompt"
+    chats = [[{"role": "user", "content": prompts.AUDIT_TOOL_USER.format(code=validations[i].code)}] for i in passed]
+    prompts_ = [encode_chat(tokenizer, messages)[1] for messages in chats]
     validations = list(validations)
-    for i, completion in zip(passed, completions):
-        reply = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+    for i, reply in zip(passed, _generate(engine, tokenizer, prompts_, params)[1]):
         if not accepts(reply):
             tail = " ".join(reply.split())[-240:]
-            validations[i] = dataclasses.replace(validations[i], ok=False, stage="audit",
+            validations[i] = replace(validations[i], ok=False, stage="audit",
                                                  error=f"the solvability audit says no: ...{tail}")
     return validations
-
-
-def audit_messages(code: str) -> list[dict]:
-    return [{"role": "user", "content": prompts.AUDIT_TOOL_USER.format(code=code)}]
 
 
 def accepts(reply: str) -> bool:
@@ -387,16 +374,16 @@ def accepts(reply: str) -> bool:
     return verdict is None or verdict.strip().lower() in ("yes", "y", "true")
 
 
-def _designer_sample(a: _Attempt, env_id: str) -> DesignerSample:
+def _designer_sample(a: _Attempt, rollout_id: int) -> DesignerSample:
     """Exactly what the model saw and wrote: only the response tokens are trained (mask 1)."""
     response, logprobs = list(a.completion.token_ids), list(a.completion.logprobs)
     assert len(response) == len(logprobs), "one log-prob per generated token"
     return DesignerSample(tokens=a.prompt_tokens + response,
                           loss_mask=[0] * len(a.prompt_tokens) + [1] * len(response),
                           logprobs=[0.0] * len(a.prompt_tokens) + logprobs,
-                          env_id=env_id, skill=a.skill, response_text=a.response_text,
-                          prompt_text=a.prompt_text, corpus_doc_id=a.corpus_doc_id,
-                          attempt=a.attempt, code=a.validation.code)
+                          env_id=f"game_{rollout_id:05d}_{a.slot:03d}_{skill_slug(a.skill)}",   # official file naming
+                          skill=a.skill, response_text=a.response_text, prompt_text=a.prompt_text,
+                          corpus_doc_id=a.corpus_doc_id, attempt=a.attempt, code=a.validation.code)
 
 
 # --- Hints (METHOD 5, mode "self") ---------------------------------------------------------------
@@ -415,14 +402,9 @@ def parse_hint(text: str) -> str:
     'Halve the range.'
     """
     text = _without_thinking(after_thinking(text)).strip()
-    block = _json_block(text)
-    if block is not None:
-        try:
-            value = read_json(block)
-        except ValueError:
-            value = None
-        if isinstance(value, dict) and isinstance(value.get("hint"), str):
-            return value["hint"].strip()
+    value = json_or_text(_json_block(text) or "null")   # no block, or an empty one: null
+    if isinstance(value, dict) and isinstance(value.get("hint"), str):
+        return value["hint"].strip()
     return text
 
 
@@ -457,12 +439,8 @@ def _json_block(text):
 def write_hints(engine, tokenizer, envs, setting: Setting, params) -> list[str]:
     """One hint per environment, written by the policy from the environment's code, in one batched
     generate call (METHOD 5: T 0.3, top_p 0.9 in `params`). Not trained. May be empty."""
-    if not envs:
-        return []
     prompt_tokens = [encode_chat(tokenizer, hint_messages(env.code, setting))[1] for env in envs]
-    completions = engine.generate(prompt_tokens, params)
-    assert len(completions) == len(envs), "the engine must answer every prompt"
-    return [parse_hint(tokenizer.decode(c.token_ids, skip_special_tokens=True)) for c in completions]
+    return [parse_hint(text) for text in _generate(engine, tokenizer, prompt_tokens, params)[1]]
 
 
 # --- The grounding corpus (METHOD 9) -------------------------------------------------------------
@@ -509,9 +487,10 @@ class Corpus:
         return self.doc_ids[i], self.docs[i]
 
 
-def _corpus_text(line: str) -> tuple[dict, str] | None:
-    """(the JSON object of a corpus line, its text: the first of `orig_doc` and `text` that is a non-blank
-    string), or None."""
+def _corpus_document(line: str, max_words: int, default_id: str) -> tuple[str, str] | None:
+    """(doc_id, text) of a corpus line, or None: its text is the first of `orig_doc` and `text` that is a
+    non-blank string, truncated to `max_words`; its id the first non-empty of `id` and `doc_id`, else
+    `default_id`."""
     try:
         record = read_json(line)
     except ValueError:   # not JSON, an integer of 5,000 digits, nested too deep
@@ -519,7 +498,8 @@ def _corpus_text(line: str) -> tuple[dict, str] | None:
     if not isinstance(record, dict):
         return None
     text = next((v for v in (record.get("orig_doc"), record.get("text")) if isinstance(v, str) and v.strip()), None)
-    return None if text is None else (record, text)
+    doc_id = next((v for v in (record.get("id"), record.get("doc_id")) if v is not None and v != ""), default_id)
+    return None if text is None else (clean_text(str(doc_id)), clean_text(truncate_words(text, max_words)))
 
 
 def load_corpus(path, max_words: int) -> Corpus:
@@ -528,23 +508,15 @@ def load_corpus(path, max_words: int) -> Corpus:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path} (expected JSONL with 'orig_doc' or 'text')")
-    docs, doc_ids, skipped = [], [], 0
     with open(path, encoding="utf-8-sig", errors="replace") as lines:     # streamed; a byte-order mark is dropped
-        for line_number, line in enumerate(lines, 1):
-            found = _corpus_text(line)
-            if found is None:
-                skipped += 1
-                continue
-            record, text = found
-            docs.append(clean_text(truncate_words(text, max_words)))
-            doc_id = next((v for v in (record.get("id"), record.get("doc_id")) if v is not None and v != ""),
-                          f"{path.stem}:{line_number}")
-            doc_ids.append(clean_text(str(doc_id)))
-    if not docs:
+        found = [_corpus_document(line, max_words, f"{path.stem}:{n}") for n, line in enumerate(lines, 1)]
+    documents = [d for d in found if d is not None]
+    skipped = len(found) - len(documents)
+    if not documents:
         raise ValueError(f"corpus {path} has no usable documents ({skipped} lines skipped: blank, "
                          "not a JSON object, or without a non-empty 'orig_doc'/'text')")
-    print(f"corpus: {len(docs)} documents from {path} ({skipped} lines skipped)")
-    return Corpus(docs, doc_ids, skipped)
+    print(f"corpus: {len(documents)} documents from {path} ({skipped} lines skipped)")
+    return Corpus([text for _, text in documents], [doc_id for doc_id, _ in documents], skipped)
 
 
 def _module_text(module) -> str:
@@ -566,13 +538,7 @@ def _module_text(module) -> str:
 def builtin_corpus(max_words: int = 6000) -> Corpus:
     """A corpus made at start-up from the installed standard library's documentation: one document
     per module of BUILTIN_MODULES (no download). Modules missing from this Python are left out."""
-    docs, doc_ids = [], []
-    for name in BUILTIN_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        docs.append(truncate_words(_module_text(module), max_words))
-        doc_ids.append(f"stdlib:{name}")
+    names = [name for name in BUILTIN_MODULES if importlib.util.find_spec(name) is not None]
+    docs = [truncate_words(_module_text(importlib.import_module(name)), max_words) for name in names]
     print(f"corpus: {len(docs)} built-in documents (standard-library module documentation)")
-    return Corpus(docs, doc_ids)
+    return Corpus(docs, [f"stdlib:{name}" for name in names])

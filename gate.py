@@ -32,8 +32,11 @@ class Validation:
 
 
 class Rejected(Exception):
-    def __init__(self, stage, message):   # printable: it may quote what the environment wrote
-        self.stage, self.message = stage, printable(message)
+    """The gate's verdict against the code: `kind` names the stage that rejected it, as a SandboxError's
+    kind names what failed; the message is printable, since it may quote what the environment wrote."""
+
+    def __init__(self, kind, message):
+        self.kind, self.message = kind, printable(message)
         super().__init__(self.message)
 
 
@@ -64,10 +67,8 @@ def validate_env(code, *, max_turns=PLAY_MAX_TURNS, timeout_s=120.0, call_timeou
                     first.close()
                 return _sender(box, deadline, call_timeout_s, timeout_s)
             return Validation(True, "passed", "", checks(sandbox, code, max_turns), code)
-    except SandboxError as e:
+    except (SandboxError, Rejected) as e:
         return Validation(False, e.kind, e.message, "", code)
-    except Rejected as e:
-        return Validation(False, e.stage, e.message, "", code)
 
 
 def _sender(box, deadline, call_timeout_s, timeout_s):

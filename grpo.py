@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from compute import attention
 from backend import models
-from compute import packing
+from compute import attention, packing
 
 
 @dataclass
@@ -257,9 +256,8 @@ def fused_grpo_loss(model, batch: packing.MicroBatch, temperature=1.0, clip_low=
 
     loss, flat_logprobs = fused.linear_token_loss(hidden, weight, targets, token_loss, temperature)
     logprobs = packing.per_sample(flat_logprobs, batch)
-    stats = grpo_loss(logprobs, logprobs, batch.rollout_logprobs, batch.advantages, mask, clip_low, clip_high,
-                      tis_cap, kl_coef, ref_logprobs, batch.weights)[1]
-    return loss, stats
+    return loss, grpo_loss(logprobs, logprobs, batch.rollout_logprobs, batch.advantages, mask, clip_low, clip_high,
+                           tis_cap, kl_coef, ref_logprobs, batch.weights)[1]   # its stats
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -289,8 +287,7 @@ def make_optimizer(model, lr=1e-6, betas=(0.9, 0.98), weight_decay=0.1, moments=
 def frozen_copy(model):
     """The KL reference (a frozen copy of the initial policy) of one process. Build it only when
     kl_coef != 0: it costs a model's memory. (Several ranks load it sharded: checkpoint.kl_reference.)"""
-    reference = copy.deepcopy(model).eval()
-    return reference.requires_grad_(False)
+    return copy.deepcopy(model).eval().requires_grad_(False)
 
 
 def accumulate_gradients(model, samples: list[Sample], *, micro_token_budget=16384, temperature=1.0,

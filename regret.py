@@ -14,7 +14,6 @@ never reads them (METHOD 13.2): micro-LP, the frontier penalty, the solver-varia
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 
@@ -51,23 +50,18 @@ def agent_advantages(rewards: list[float]) -> list[float]:
 
 def group_rewards(episodes) -> dict[str, list[float]]:
     """env_id -> the rewards of its plays, in order (anything with .env_id and .reward)."""
-    groups = defaultdict(list)
+    groups = {}
     for episode in episodes:
-        groups[episode.env_id].append(episode.reward)
-    return dict(groups)
+        groups.setdefault(episode.env_id, []).append(episode.reward)
+    return groups
 
 
 def episode_advantages(episodes) -> list[float]:
     """Each play's `agent_advantages` within its environment's group, in the plays' order. A group
     whose plays all scored the same gives zeros: GRPO learns nothing without contrast, which is why
     the designer is paid to keep win rates inside the band."""
-    advantages, order = {}, defaultdict(list)
-    for i, episode in enumerate(episodes):
-        order[episode.env_id].append(i)
-    for indices in order.values():
-        for i, a in zip(indices, agent_advantages([episodes[i].reward for i in indices])):
-            advantages[i] = a
-    return [advantages[i] for i in range(len(episodes))]
+    groups = {env_id: iter(agent_advantages(rewards)) for env_id, rewards in group_rewards(episodes).items()}
+    return [next(groups[episode.env_id]) for episode in episodes]
 
 
 def plateau(win_rate: float, lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> float:
@@ -77,11 +71,7 @@ def plateau(win_rate: float, lo: float = 0.4, hi: float = 0.6, ramp: float = 0.2
     """
     if not (lo <= hi and ramp > 0):
         raise ValueError(f"plateau needs lo <= hi and ramp > 0, got lo={lo} hi={hi} ramp={ramp}")
-    if win_rate < lo:
-        return max(0.0, 1.0 - (lo - win_rate) / ramp)
-    if win_rate > hi:
-        return max(0.0, 1.0 - (win_rate - hi) / ramp)
-    return 1.0
+    return max(0.0, 1.0 - max(lo - win_rate, win_rate - hi, 0.0) / ramp)   # the distance outside [lo, hi]
 
 
 def hint_regret(hinted_mean: float, unhinted_mean: float, scale: float = 0.15, floor: bool = True) -> float:
@@ -110,10 +100,8 @@ def designer_advantages(rewards: list[float], skills: list[str], scale: float) -
     -> math mean 0.4 -> [6.4, -6.4, 0.0]."""
     if len(rewards) != len(skills):
         raise ValueError(f"{len(rewards)} designer rewards but {len(skills)} skills")
-    groups: dict[str, list[float]] = {}
-    for x, skill in zip(rewards, skills):
-        groups.setdefault(skill, []).append(x)
-    return [(x - mean_reward(groups[skill])) * scale for x, skill in zip(rewards, skills)]
+    means = {skill: mean_reward([x for x, s in zip(rewards, skills) if s == skill]) for skill in set(skills)}
+    return [(x - means[skill]) * scale for x, skill in zip(rewards, skills)]
 
 
 def role_scale(num_agent: int, num_designer: int, regen_interval: int, cap: float = 50.0) -> float:
@@ -353,8 +341,5 @@ def score_designer_batch(variant: str, outcomes: list[EnvOutcome], *, num_agent:
     raw = DESIGNER_REWARDS[variant](outcomes, tracker, lo=lo, hi=hi, ramp=ramp)
     kept = [i for i, x in enumerate(raw) if keep_designer_sample(variant, x)]
     scale = role_scale(num_agent, len(kept), regen_interval, cap)
-    centred = designer_advantages([raw[i] for i in kept], [outcomes[i].skill for i in kept], scale)
-    advantages: list[float | None] = [None] * len(outcomes)
-    for i, advantage in zip(kept, centred):
-        advantages[i] = advantage
-    return raw, advantages
+    centred = dict(zip(kept, designer_advantages([raw[i] for i in kept], [outcomes[i].skill for i in kept], scale)))
+    return raw, [centred.get(i) for i in range(len(outcomes))]   # None: the sample is dropped

@@ -11,15 +11,13 @@
     python spade.py plan --model Qwen3-8B --gpus 8    # its memory plan on 8 GPUs, before renting them
 
 Top to bottom: the thirty knobs (`Config`), the values that have no flag (`Unflagged`), the settings and
-METHOD.md 7.3's per-run tables (data), the order they apply in (`layers`), then the loop (`train`) in the
-paper's order (METHOD.md 0). The set-up is harness/setup.py; dividing a phase's work between ranks is
+METHOD.md 7.3's per-run tables (data, which harness/cli.py's `layers` applies in order), then the loop
+(`train`) in the paper's order (METHOD.md 0). The set-up is harness/setup.py; dividing a phase's work between ranks is
 backend/launch.py's `divide`. Not here: a batch trimmed to a fixed size, retries of FAILED plays.
 spade.py starts the ranks of one node itself; several nodes start under torchrun (README, Beyond one node).
 """
 import contextlib
-import dataclasses
 import importlib.util
-import re
 import sys
 import time
 from collections import Counter
@@ -27,15 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:   # no torch below this line's imports: a bad flag is one sentence in a second
+    import agent
     import designer
     import prompts
     import regret
     from designer import Setting
     from envs import GAME_SKILLS, TOOL_SKILLS
     from backend import launch
-    from harness import cli
+    from harness import cli, plan, report
     from harness.checkpoint import save_checkpoint
-    from harness.cli import flag
 except ModuleNotFoundError as e:   # a Python without the packages: the venv that `make` builds has them
     raise SystemExit(f"spade.py: {e}; run it with .venv/bin/python (`make` builds it) or pip install -r "
                      f"requirements.txt") from None
@@ -44,7 +42,7 @@ except ModuleNotFoundError as e:   # a Python without the packages: the venv tha
 @dataclass
 class Config:
     """The thirty knobs, in the README's groups. Each default is the paper's (METHOD.md 7.3: games,
-    Qwen3-30B-A3B) but the model's, which is the one that runs offline on a CPU; `configure` lays the
+    Qwen3-30B-A3B) but the model's, which is the one that runs offline on a CPU; `cli.configure` lays the
     tables below over them, and what the command line gives over all of them."""
     # model and length
     model: str = "smollm2-135m"       # alias (Qwen3-30B-A3B, Qwen3-8B, Qwen3-4B, smollm2-135m, tiny) or path
@@ -86,17 +84,16 @@ class Config:
 
     def derive(self, unflagged):
         """Attach the values that have no flag (`Unflagged`), then check the whole config once."""
-        wrong = [f"{flag(k)} must be one of {', '.join(names)}, not {getattr(self, k)!r}"
+        wrong = [f"{cli.flag(k)} must be one of {', '.join(names)}, not {getattr(self, k)!r}"
                  for k, names in choices().items() if getattr(self, k) not in names]
         if wrong:   # first: the setting's skills and tables depend on it
             raise SystemExit(f"spade.py: {wrong[0]}")
-        skills = self.skill_list()
-        self.unflagged = Unflagged(**{**unflagged, "skills_per_regen": min(unflagged.get("skills_per_regen", 3),
-                                                                           len(skills))})
+        skills_per_regen = min(unflagged["skills_per_regen"], len(self.skill_list()))   # at most those in play
+        self.unflagged = Unflagged(**{**unflagged, "skills_per_regen": skills_per_regen})
         self.out = self.out.replace("{time}", time.strftime("%Y%m%d-%H%M%S"))
         problems = [msg for bad, msg in [
             (self.plays_per_env < 2, "--plays-per-env must be at least 2 (advantages compare plays)"),
-            *[(getattr(self, k) < 1, f"{flag(k)} must be positive")
+            *[(getattr(self, k) < 1, f"{cli.flag(k)} must be positive")
               for k in ("num_envs", "steps", "regen_interval", "max_turns", "max_new_tokens")],
             (self.save_every < 0, "--save-every must be 0 (no checkpoint) or positive"),
             (self.max_context < 1024, "--max-context must be at least 1024 tokens (a prompt and a turn)"),
@@ -171,9 +168,9 @@ SETTINGS = {
                                     kl_coef=0.005),
                         embedded_skills="Data Retrieval,State Modification"),
 }
-# METHOD 7.3's other columns: what a model (by `table_key`), a setting and a model together, the
+# METHOD 7.3's other columns: what a model (by `cli.table_key`), a setting and a model together, the
 # fixed-RLVE baseline (METHOD 10) and the embedded preset change of the defaults above, knobs and
-# unflagged values alike; `layers` applies them after the setting's, in this order, so the more
+# unflagged values alike; `cli.layers` applies them after the setting's, in this order, so the more
 # specific wins, and the command line over all of them.
 MODELS = {"qwen3-8b": dict(thinking="on", kl_coef=0.005, designer_max_tokens=20000)}
 COLUMNS = {("tool_use", "qwen3-4b"): dict(steps=500, regen_interval=32, num_envs=16, plays_per_env=16, hint_plays=4,
@@ -195,71 +192,25 @@ def parse_config(argv):
     return cli.parse_config(sys.modules[__name__], argv)
 
 
+def configure(given, saved=None):
+    """The Config of these given knobs (and a resumed run's saved ones): cli.configure of this program."""
+    return cli.configure(sys.modules[__name__], given, saved)
+
+
 def choices():
     """The knobs that take one of a few names, and those names (a fork's new setting or reward included)."""
     return dict(setting=list(SETTINGS), designer_reward=list(regret.DESIGNER_REWARDS), thinking=["on", "off"],
                 engine=["auto", "hf", "vllm"])
 
 
-def layers(given, saved=None):
-    """Where a run's values come from, in order, each layer over those before it (METHOD.md 7.3):
-    [(layer, {name: value})] for the knobs and the unflagged values alike."""
-    saved = saved or {}
-    setting = given.get("setting", saved.get("setting", Config.setting))
-    name = given.get("model", saved.get("model", Config.model)).lower()
-    small, model = name in SMALL_MODELS or (name.startswith("random-") and "/" not in name), table_key(name)
-    record = SETTINGS.get(setting)   # an unknown one is refused by derive()
-    defaults = {f.name: f.default for cls in (Config, Unflagged) for f in dataclasses.fields(cls)}
-    return [("default", defaults), ("setting", record.values if record else {}), ("model", MODELS.get(model, {})),
-            ("setting and model", COLUMNS.get((setting, model), {})),
-            ("rlve", RLVE if given.get("rlve", saved.get("rlve")) else {}),
-            ("embedded", {**EMBEDDED, "skills": record.embedded_skills if record else "",
-                          "seed_pool": record.embedded_seeds if record else ""} if small else {}),
-            ("saved run", saved), ("command line", given)]
-
-
-def merge(stack):
-    """({name: value}, {name: the layer that set it}) of `layers`: the last layer to give a value wins.
-    The names of the second dict come layer by layer, in the layers' order."""
-    values, last = {}, {}
-    for layer, given in stack:
-        values.update(given)
-        last.update(dict.fromkeys(given, layer))
-    return values, {name: layer for layer, given in stack for name in given if last[name] == layer}
-
-
-def configure(given, saved=None):
-    """The Config of these given knobs (and a resumed run's saved ones): `layers` merged, split into the
-    knobs and `cfg.unflagged`; `cfg.source` names the layer that set each value."""
-    values, source = merge(layers(given, saved))
-    knobs = {f.name for f in dataclasses.fields(Config)}
-    cfg = Config(**{k: v for k, v in values.items() if k in knobs}).derive(
-        {k: v for k, v in values.items() if k not in knobs})
-    cfg.source = source
-    return cfg
-
-
-def table_key(model):
-    """The MODELS and COLUMNS key of a --model, so its alias, the hub id it stands for and a directory
-    named after either find the same row: the last path part, lower case, without an -Instruct[-date].
-
-    >>> [table_key(m) for m in ("Qwen3-8B", "Qwen/Qwen3-4B-Instruct-2507", "/ckpt/Qwen3-8B/", "random-qwen3-8b:4")]
-    ['qwen3-8b', 'qwen3-4b', 'qwen3-8b', 'random-qwen3-8b:4']
-    """
-    return re.sub(r"-instruct(-\d+)?$", "", model.rstrip("/").rsplit("/", 1)[-1].lower())
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
-        from harness import report
         return report.main(argv[1:])
     if argv[:1] == ["plan"]:     # what such a run chooses on such GPUs, without them (harness/plan.py)
-        from harness import plan
         return print(plan.main(argv[1:], parse_config, SETTINGS))
     if argv[:1] == ["config"]:   # the header such a run prints: every value under the layer that set it
-        from harness.report import config_lines
-        return print("\n".join(config_lines(parse_config(argv[1:]))))
+        return print("\n".join(report.config_lines(parse_config(argv[1:]))))
     cfg = parse_config(argv)
     status = launch.as_ranks(argv, __file__)   # several GPUs: this process starts one rank per GPU
     if status is not None:
@@ -267,7 +218,6 @@ def main(argv=None):
     from harness.setup import set_up
     run = set_up(cfg, SETTINGS[cfg.setting])
     if train(run) and run.rank == 0:
-        from harness import report
         report.main([str(run.dir)])
     if run.world > 1:
         launch.end_rank()   # not the interpreter's exit, beside torch.distributed's threads
@@ -282,7 +232,6 @@ def train(run):
     what a checkpoint keeps: the step, the pool (empty until the first regen step), the open epoch (None
     until step 0's `new_pool`), the blacklist, the RNGs and the learning-potential tracker.
     """
-    import agent
     import grpo
     cfg, state = run.cfg, run.state
     for step in range(state["step"], cfg.steps):
@@ -317,7 +266,7 @@ def train(run):
         update = update_policy(run, trained + agent_samples, times)
         # 6. Memory records each new environment with its win rate and regret at its regen step (METHOD 8).
         if regen is not None:
-            metrics.update(remember(run, regen, episodes, played, step))
+            metrics.update(remember(run, regen, played, step))
         # 7. Log one line; a checkpoint every N steps, at the end, and on Ctrl-C, the engine still asleep.
         metrics.update(step_metrics(played, episodes, agent_samples, designer_batch, update, times, start))
         if not log_and_save(run, step, played, episodes, metrics):
@@ -345,7 +294,6 @@ class Regen:
     hints: list
     hinted: list
     rejected: list
-    hinted_rewards: dict   # env_id -> the rewards of its hinted plays that were not FAILED
     epoch: object          # regret.Epoch: the epoch that opens on these environments
 
 
@@ -353,7 +301,6 @@ def new_pool(run, step, times, metrics):
     """The designer writes G environments (each validated by the gate), then a hint for each, then the
     agent plays each new environment with its hint: R_hint. The pool is topped up from the seed
     environments where fewer than G are valid; the new epoch (Regen.epoch) holds the designer samples."""
-    import agent
     cfg, state = run.cfg, run.state
     with timer(times, "design"):
         envs, samples, rejected = design(run, step, metrics)
@@ -373,8 +320,7 @@ def new_pool(run, step, times, metrics):
     state["pool"] = envs + topup
     state["lengths"] = {e.env_id: state["lengths"][e.env_id] for e in state["pool"] if e.env_id in state["lengths"]}
     by_env = {e.env_id: [p.outcome() for p in scored_hinted if p.env_id == e.env_id] for e in envs}
-    epoch = regret.Epoch(step, samples, {k: v for k, v in by_env.items() if v}, timeouts=hung)
-    return Regen(envs, hints, hinted, rejected, regret.group_rewards(scored_hinted), epoch)
+    return Regen(envs, hints, hinted, rejected, regret.Epoch(step, samples, by_env, timeouts=hung))
 
 
 def design(run, step, metrics):
@@ -405,22 +351,29 @@ def design(run, step, metrics):
 def trained_plays(run, step, times, metrics):
     """This step's trained plays: K of each pool environment not blacklisted, seeded per play and salted
     by --seed and the step (at a regen step they are the first K of the hinted plays' seeds, METHOD
-    13.3). The fixed-pool baseline takes its pool's next G environments; the RLVE baseline plays new RLVE problems."""
+    13.3). The fixed-pool baseline takes its pool's next G environments; the RLVE baseline plays a new RLVE
+    problem per environment, at its adaptive difficulty (baselines/rlve.py)."""
     cfg, state = run.cfg, run.state
-    if cfg.rlve:
-        return rlve_plays(run, times, metrics)
     if cfg.pool:
         state["pool"] = next_from_pool(run.fixed_pool, state, cfg.num_envs)
     with timer(times, "play"):
-        return play_on_ranks(run, [e for e in state["pool"] if e.env_id not in state["blacklist"]], cfg.plays_per_env,
-                             step)
+        if not cfg.rlve:
+            return play_on_ranks(run, [e for e in state["pool"] if e.env_id not in state["blacklist"]],
+                                 cfg.plays_per_env, step)
+        from baselines import rlve
+        names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
+        played = rlve.play_round(state["rlve"], names, state["rng"], run.gen, run.tokenizer, cfg.plays_per_env,
+                                 lambda sizes, work: launch.divide(run, sizes, work), params=run.params["agent"],
+                                 max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens,
+                                 thinking=cfg.thinking == "on")
+    metrics.update(state["rlve"].metrics())
+    return played
 
 
 def play_on_ranks(run, envs, num_plays, step, hints=None):
     """`num_plays` plays of each environment (with its hint), seeded per play, salted by --seed and step; the
     ranks divide the (environment, play) pairs, balanced by each environment's mean length when it
     was last played. Every rank returns them all, environment-major."""
-    import agent
     cfg = run.cfg
     salt = f"{cfg.seed}/{step}" if cfg.seed else step   # --seed 0 plays the instances it always played
     pairs = [(i, seed) for i, env in enumerate(envs) for seed in agent.play_seeds(env.env_id, num_plays, salt)]
@@ -433,20 +386,6 @@ def play_on_ranks(run, envs, num_plays, step, hints=None):
     for env in envs:
         tokens = [e.num_generated_tokens for e in played if e.env_id == env.env_id]
         lengths[env.env_id] = sum(tokens) / len(tokens) if tokens else 1.0
-    return played
-
-
-def rlve_plays(run, times, metrics):
-    """Baseline: a new RLVE problem per environment, at its adaptive difficulty (baselines/rlve.py)."""
-    from baselines import rlve
-    cfg, state = run.cfg, run.state
-    names = next_from_pool(rlve.ENVIRONMENTS, state, cfg.num_envs)
-    with timer(times, "play"):
-        played = rlve.play_round(state["rlve"], names, state["rng"], run.gen, run.tokenizer, cfg.plays_per_env,
-                                 lambda sizes, work: launch.divide(run, sizes, work), params=run.params["agent"],
-                                 max_context=cfg.max_context, max_new_tokens=cfg.max_new_tokens,
-                                 thinking=cfg.thinking == "on")
-    metrics.update(state["rlve"].metrics())
     return played
 
 
@@ -468,9 +407,7 @@ def score_designer(run, finished, episodes):
     import grpo
     cfg, num_agent = run.cfg, grpo.num_trained_episodes(episodes)
     batch = []
-    for epoch in finished:
-        if epoch is None or not epoch.samples:
-            continue
+    for epoch in (e for e in finished if e is not None):   # None: no epoch was open
         raw, advantages = regret.score_designer_batch(cfg.designer_reward, epoch.outcomes(), num_agent=num_agent,
                                                       regen_interval=cfg.regen_interval, tracker=run.state["tracker"],
                                                       **cfg.plateau())
@@ -494,29 +431,26 @@ def update_policy(run, batch, times):
 
 
 # --- 6. memory; 7. the log line and the checkpoint -------------------------------------------------
-def remember(run, regen, episodes, played, step):
+def remember(run, regen, played, step):
     """Memory records each new environment with its win rate and raw regret at the regen step
     (METHOD 8); the step's samples are dumped for people. Returns the designer's regret and length metrics."""
-    scores, rewards, hinted = {}, regret.group_rewards(episodes), regen.hinted_rewards
-    for env in regen.envs:
-        step0 = rewards.get(env.env_id, [])
-        raw = regret.EnvOutcome(env.skill, [step0], hinted.get(env.env_id, [])).regret
-        scores[env.env_id] = dict(win_rate=regret.share_won(step0), regret=raw)
+    scores = {}
+    # The new epoch has recorded this regen step's plays alone; its outcomes are in slot order, as the envs.
+    for env, outcome in zip(regen.envs, regen.epoch.outcomes()):
+        scores[env.env_id] = dict(win_rate=regret.share_won(outcome.window_rewards[0]), regret=outcome.regret)
         if run.memory is not None:
-            run.memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], raw, step)
+            run.memory.add(env.env_id, env.skill, env.code, scores[env.env_id]["win_rate"], outcome.regret, step)
     if run.memory is not None and run.rank == 0:   # every rank holds the memory; one writes it
         run.memory.save()
     run.log.samples(step, regen, played, scores)
-    if not regen.envs:
-        return {}
+    lines = [len(e.code.splitlines()) for e in regen.envs]
     return {"designer/regret": sum(v["regret"] for v in scores.values()) / len(scores),
-            "designer/env_lines": sum(len(e.code.splitlines()) for e in regen.envs) / len(regen.envs)}
+            "designer/env_lines": sum(lines) / len(lines)} if scores else {}
 
 
 def step_metrics(played, episodes, agent_samples, designer_batch, update, times, start):
-    from harness.report import agent_metrics, designer_metrics
-    metrics = {**agent_metrics(played, episodes), "agent/samples": len(agent_samples),
-               **designer_metrics(designer_batch), "seconds": time.perf_counter() - start}
+    metrics = {**report.agent_metrics(played, episodes), "agent/samples": len(agent_samples),
+               **report.designer_metrics(designer_batch), "seconds": time.perf_counter() - start}
     metrics.update({f"grpo/{k}": v for k, v in update.items() if isinstance(v, (int, float))})
     metrics["tokens_per_s"] = sum(e.num_generated_tokens for e in played) / max(1e-9, times.get("play", 0.0))
     return {**metrics, **{f"time/{k}": v for k, v in times.items()}}

@@ -69,7 +69,7 @@ def designer_metrics(batch):
 
 def config_lines(cfg):
     """The run's header (spade.py config prints it too): every value by the layer that set it
-    (spade.layers, each over those before it); empty values and flags that are off left out."""
+    (cli.layers, each over those before it); empty values and flags that are off left out."""
     values = {**dataclasses.asdict(cfg), **dataclasses.asdict(cfg.unflagged)}
     by_layer = {}
     for name, layer in cfg.source.items():
