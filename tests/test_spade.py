@@ -129,34 +129,35 @@ def test_the_whole_loop_learns_a_learnable_game(tmp_path):
 
 
 def test_resume_after_sigkill_keeps_memory_and_step(tmp_path):
-    # One regen step (step 0) then plain steps, a checkpoint after every step; killed mid-step.
+    # One regen step (step 0) then plain steps, a checkpoint after every step; killed mid-step (the tiny
+    # model's steps take a tenth of a second: enough of them that the run is still going when killed).
     # With a KL term, whose reference must stay the initial model after the resume.
-    args = [*FAST, "--steps", "4", "--regen-interval", "4", "--save-every", "1", "--kl-coef", "0.005",
+    steps = 12
+    args = [*FAST, "--steps", str(steps), "--regen-interval", str(steps), "--save-every", "1", "--kl-coef", "0.005",
             "--out", str(tmp_path / "r")]
     run_dir = tmp_path / "r"
     process = subprocess.Popen([sys.executable, str(ROOT / "spade.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 240
     while time.time() < deadline and not (run_dir / "latest").exists():
-        time.sleep(0.1)
-    time.sleep(0.3)                                   # now in the middle of the next step
+        time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
     latest = json.loads((run_dir / "latest").read_text())
     saved, saved_memory = latest["step"], json.loads((run_dir / latest["checkpoint"] / "env_memory.json").read_text())
-    assert 1 <= saved < 4 and len(saved_memory) > 0
+    assert 1 <= saved < steps and len(saved_memory) > 0
     (run_dir / "env_memory.json").write_text("[]")     # whatever the killed step left behind is not trusted
     result = spade("--resume", str(run_dir))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"resumed {run_dir} at step {saved}" in result.stdout
-    assert json.loads((run_dir / "latest").read_text())["step"] == 4
+    assert json.loads((run_dir / "latest").read_text())["step"] == steps
     assert json.loads((run_dir / "env_memory.json").read_text()) == saved_memory   # no regen step after 0
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == list(range(4))        # the killed step's line, if any, is gone
+    assert [m["step"] for m in metrics] == list(range(steps))        # the killed step's line, if any, is gone
     assert all(m["sync/logprob_gap"] <= 1e-6 for m in metrics)   # the resumed engine probed before its first step
     # The first resumed step's policy has trained weights: its KL to the initial model is not 0 (a
     # reference copied from the resumed weights would give exactly 0).
-    assert metrics[0]["grpo/kl"] == 0 and metrics[-(4 - saved)]["grpo/kl"] > 0
+    assert metrics[0]["grpo/kl"] == 0 and metrics[-(steps - saved)]["grpo/kl"] > 0
 
 
 def test_ctrl_c_saves_a_checkpoint(tmp_path):
