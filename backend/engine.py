@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers import StaticCache
 
 from compute import attention
 
+from backend.launch import every_rank
 from backend.models import full_state, gathered, is_sharded
 
 # Nucleus sampling without top-k applies top_p within the 1024 most likely tokens (a bounded top-k
@@ -249,19 +251,17 @@ class HFEngine:
                 step = self._decode_step(cache, len(rows), capacity)
             mask[:, column] = 0.0
             logits = step(tokens[:, None], (lengths + t)[:, None], mask[:, None, None, :])
-        num_tokens, stopped = num_tokens.tolist(), stopped.tolist()
-        out_tokens, out_logprobs = out_tokens.tolist(), out_logprobs.tolist()
-        return [Completion(out_tokens[i][: num_tokens[i]], out_logprobs[i][: num_tokens[i]],
-                           "stop" if stopped[i] else "length") for i in range(B)]
+        rows = zip(out_tokens.tolist(), out_logprobs.tolist(), num_tokens.tolist(), stopped.tolist())
+        return [Completion(tokens[:count], logprobs[:count], "stop" if stop else "length")
+                for tokens, logprobs, count, stop in rows]
 
     def _prefill(self, prompts, L, capacity):
         """Prompts through the model in row groups; their keys/values into one cache; last logits [B, V]."""
         device, B = self.model.device, len(prompts)
-        ids = torch.zeros(B, L, dtype=torch.long, device=device)  # padding ids are masked out anyway
-        attention = torch.zeros(B, L, dtype=torch.long, device=device)
-        for i, prompt in enumerate(prompts):  # left padding: every prompt ends in column L - 1
-            ids[i, L - len(prompt):] = torch.tensor(prompt, device=device)
-            attention[i, L - len(prompt):] = 1
+        rows = [torch.tensor(prompt, dtype=torch.long, device=device) for prompt in prompts]
+        # Left padding: every prompt ends in column L - 1. Padding ids (0) are masked out anyway.
+        ids = pad_sequence(rows, batch_first=True, padding_side="left")
+        attention = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True, padding_side="left")
         positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
         cache, logits = StaticCache(config=self.model.config, max_cache_len=capacity), []
         group = max(1, self.prefill_tokens // L)
@@ -396,7 +396,6 @@ class VLLMEngine:
     def _save_snapshot(self, model, tokenizer):
         """The model saved for vLLM to load into a directory deleted with the engine, by the first rank of
         each node (torchrun's LOCAL_RANK 0; as transformers saves): every rank gets its node's path."""
-        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         state = full_state(model)    # a collective: every rank
         path = None
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
@@ -404,11 +403,8 @@ class VLLMEngine:
             path = self._snapshot.name
             model.save_pretrained(path, state_dict=state)
             tokenizer.save_pretrained(path)
-        if world == 1:
-            return path
-        paths = [None] * world
-        torch.distributed.all_gather_object(paths, path)     # after every node's first rank has written
-        return paths[int(os.environ["RANK"]) - int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))]
+        rank = int(os.environ.get("RANK", "0"))   # gathered after every node's first rank has written
+        return every_rank(path)[rank - int(os.environ.get("LOCAL_RANK", rank))]
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         return self.generate_each([(prompts, params)])[0]
@@ -416,31 +412,24 @@ class VLLMEngine:
     def generate_each(self, calls: list[tuple[list[list[int]], SamplingParams]]) -> list[list[Completion]]:
         """Several generate calls, each with its own params, run as one batch (launch.TensorParallelGroup)."""
         assert not self.asleep, "generate() while asleep: call wake_up() first"
-        requests, sampling = [], []
-        for prompts, params in calls:
-            base = dict(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
-                        max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=sorted(self.eos_token_ids),
-                        detokenize=False, skip_special_tokens=False)
-            # One seed per request: the same seed on every request would make identical prompts identical.
-            sampling += [self.vllm.SamplingParams(**base, seed=None if params.seed is None else params.seed + i)
-                         for i in range(len(prompts))]
-            requests += [{"prompt_token_ids": list(p)} for p in prompts]
+        prompts = [list(prompt) for call_prompts, _ in calls for prompt in call_prompts]
+        # One seed per request: the same seed on every request would make identical prompts identical.
+        sampling = [self.vllm.SamplingParams(
+            temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
+            max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=sorted(self.eos_token_ids), detokenize=False,
+            skip_special_tokens=False, seed=None if params.seed is None else params.seed + i)
+            for call_prompts, params in calls for i in range(len(call_prompts))]
         # vLLM refuses a whole call for one prompt that leaves no room for a token: that one gets none.
-        fits = [len(r["prompt_token_ids"]) < self.llm.llm_engine.model_config.max_model_len for r in requests]
-        outputs = iter(self.llm.generate([r for r, fit in zip(requests, fits) if fit],
-                                         [s for s, fit in zip(sampling, fits) if fit], use_tqdm=False) if any(fits) else [])
-        completions = []
-        for out in (next(outputs).outputs[0] if fit else None for fit in fits):
-            if out is None:
-                completions.append(Completion([], [], "length"))
-                continue
+        fits = [i for i, prompt in enumerate(prompts) if len(prompt) < self.llm.llm_engine.model_config.max_model_len]
+        outputs = self.llm.generate([{"prompt_token_ids": prompts[i]} for i in fits], [sampling[i] for i in fits],
+                                    use_tqdm=False) if fits else []
+        completions = [Completion([], [], "length") for _ in prompts]
+        for i, out in zip(fits, (output.outputs[0] for output in outputs)):
             ids, reason = list(out.token_ids), "stop" if out.finish_reason == "stop" else "length"
             assert reason == "length" or ids[-1] in self.eos_token_ids, f"stopped without an EOS token: {out}"
-            completions.append(Completion(ids, [lp[token].logprob for lp, token in zip(out.logprobs, ids)], reason))
-        starts = [0]
-        for prompts, _ in calls:
-            starts.append(starts[-1] + len(prompts))
-        return [completions[a:b] for a, b in zip(starts, starts[1:])]
+            completions[i] = Completion(ids, [lp[token].logprob for lp, token in zip(out.logprobs, ids)], reason)
+        flat = iter(completions)
+        return [[next(flat) for _ in call_prompts] for call_prompts, _ in calls]
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
         """The log-prob of each token after the first of each sequence, vLLM's prompt log-probs: at temperature

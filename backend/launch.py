@@ -230,23 +230,24 @@ def install_sigint_handler() -> threading.Event:
 
 def agreed(stop: threading.Event, world: int) -> bool:
     """Whether any rank has been asked to stop: the same answer on every rank (a collective)."""
-    if world == 1:
-        return stop.is_set()
-    import torch
-    import torch.distributed as dist
-    flag = torch.tensor([int(stop.is_set())], device="cuda" if torch.cuda.is_available() else "cpu")
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+    return any(every_rank(stop.is_set(), world))
 
 
 def from_rank_0(value, world: int):
     """Rank 0's `value` on every rank (a collective)."""
-    if world == 1:
-        return value
+    return every_rank(value, world)[0]
+
+
+def every_rank(value, world: int | None = None, group=None) -> list:
+    """Every rank's `value`, in rank order (a collective): of the `world` ranks of `group`; by default of
+    all ranks, which are this process alone where torch.distributed is not initialised."""
     import torch.distributed as dist
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+    world = world or (dist.get_world_size() if dist.is_initialized() else 1)
+    if world == 1:
+        return [value]
+    values = [None] * world
+    dist.all_gather_object(values, value, group=group)
+    return values
 
 
 def reseed(world: int, stream: int = 0):
@@ -280,11 +281,8 @@ def gather(mine: list, indices: list[int], total: int, world: int) -> list:
     """Every rank's items in their global order: `mine` are this rank's, at `indices` of `total`."""
     if world == 1:
         return list(mine)
-    import torch.distributed as dist
-    parts = [None] * world
-    dist.all_gather_object(parts, (indices, mine))
     ordered = [None] * total
-    for part_indices, part in parts:
+    for part_indices, part in every_rank((indices, mine), world):
         for i, item in zip(part_indices, part):
             ordered[i] = item
     assert all(item is not None for item in ordered), "some items were played by no rank"
@@ -341,11 +339,7 @@ class TensorParallelGroup:
 
     def _round(self, call):
         """Every group rank's call (None: nothing to ask) and the completions of those that asked."""
-        import torch.distributed as dist
-        calls = [call]
-        if self.tp > 1:
-            calls = [None] * self.tp
-            dist.all_gather_object(calls, call, group=self.group)
+        calls = every_rank(call, self.tp, self.group)
         asked = [c for c in calls if c is not None]
         return calls, self.engine.generate_each(asked) if asked else []
 
@@ -378,12 +372,5 @@ class RankAgreement:
 
 
 def same_on_every_rank(data: bytes) -> bool:
-    """Whether every rank holds the same bytes: the min and max over ranks of a 64-bit digest agree."""
-    import torch
-    import torch.distributed as dist
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    digest = torch.tensor(list(hashlib.sha256(data).digest()[:8]), dtype=torch.int64, device=device)
-    low, high = digest.clone(), digest.clone()
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
-    dist.all_reduce(high, op=dist.ReduceOp.MAX)
-    return torch.equal(low, high)
+    """Whether every rank holds the same bytes: their digests agree."""
+    return len(set(every_rank(hashlib.sha256(data).digest()))) == 1

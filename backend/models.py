@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from backend.launch import every_rank, node_size
+
 ALIASES = {
     "Qwen3-30B-A3B": "Qwen/Qwen3-30B-A3B-Instruct-2507",
     "Qwen3-8B": "Qwen/Qwen3-8B",
@@ -159,52 +161,49 @@ def tiny_tokenizer():
     return tokenizer
 
 
-def tiny_model(*, dtype: torch.dtype = torch.float32, seed: int = 0, moe: bool = False):
-    """A random 2-layer Qwen3 (hidden 128, head_dim 32, the least vLLM's CPU build accepts) and
-    `tiny_tokenizer()`, built in code: deterministic, no download, for tests. `moe=True` (the name
-    `tiny-moe`): the same as a Qwen3-MoE with 4 experts of width 64, 2 per token."""
-    tokenizer = tiny_tokenizer()
+def tiny_model(*, dtype: torch.dtype = torch.float32, moe: bool = False):
+    """A random 2-layer Qwen3 (`random_config("tiny")`) and `tiny_tokenizer()`, built in code on the CPU:
+    deterministic, no download, for tests. `moe=True` (the name `tiny-moe`): the same as a Qwen3-MoE."""
     with torch.random.fork_rng(devices=[]):  # a fixed model, without touching the caller's RNG
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(tiny_config(tokenizer, moe), dtype=dtype)
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
+        return _built_model("tiny-moe" if moe else "tiny", dtype)
 
 
-def tiny_config(tokenizer, moe: bool = False):
-    from transformers import Qwen3Config, Qwen3MoeConfig
-    fields = dict(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
-        tie_word_embeddings=True, initializer_range=0.1,  # wider than 0.02: greedy choices are not near-ties
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    if moe:
-        fields.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, norm_topk_prob=True)
-    return (Qwen3MoeConfig if moe else Qwen3Config)(**fields)
-
-
-def random_model(name: str, *, dtype: torch.dtype, device: str, seed: int = 0):
+def random_model(name: str, *, dtype: torch.dtype, device: str):
     """`random-<RANDOM_SHAPES key>[:layers]` with random weights, initialised directly on `device` in
     `dtype` (in one process a 30B-shaped model never passes through CPU memory; `load_sharded` builds it
     in rank 0's), and `tiny_tokenizer()`."""
-    tokenizer = tiny_tokenizer()
-    config = random_config(name, tokenizer)
     with torch.random.fork_rng(), torch.device(device):
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        return _built_model(name, dtype)
+
+
+def _built_model(name: str, dtype: torch.dtype):
+    """The model of `random_config(name)` from seed 0 in `dtype`, and `tiny_tokenizer()`, whose EOS and
+    padding tokens stop its generation."""
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(random_config(name, tokenizer), dtype=dtype)
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
 
 
 def random_config(name: str, tokenizer):
+    """The config of a model built in code for `tokenizer`: `tiny` (hidden 128, head_dim 32, the least vLLM's
+    CPU build accepts), `tiny-moe` (the same with 4 experts of width 64, 2 per token) or
+    `random-<RANDOM_SHAPES key>[:layers]`."""
     from transformers import Qwen3Config, Qwen3MoeConfig
-    shape, _, layers = name.removeprefix("random-").partition(":")
-    if shape not in RANDOM_SHAPES or not (layers or "1").isdigit() or layers == "0":
-        raise ModelLoadError(f"unknown random model {name!r}: use random-<{'|'.join(RANDOM_SHAPES)}>[:layers]")
-    fields = dict(RANDOM_SHAPES[shape], head_dim=128, vocab_size=151936, max_position_embeddings=40960)
-    fields["num_hidden_layers"] = int(layers or fields["num_hidden_layers"])
+    if name in ("tiny", "tiny-moe"):  # initializer_range wider than 0.02: greedy choices are not near-ties
+        fields = dict(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=32768,
+                      tie_word_embeddings=True, initializer_range=0.1)
+        if name == "tiny-moe":
+            fields.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, norm_topk_prob=True)
+    else:
+        shape, _, layers = name.removeprefix("random-").partition(":")
+        if shape not in RANDOM_SHAPES or not (layers or "1").isdigit() or layers == "0":
+            raise ModelLoadError(f"unknown random model {name!r}: use random-<{'|'.join(RANDOM_SHAPES)}>[:layers]")
+        fields = dict(RANDOM_SHAPES[shape], head_dim=128, vocab_size=151936, max_position_embeddings=40960)
+        fields["num_hidden_layers"] = int(layers or fields["num_hidden_layers"])
     return (Qwen3MoeConfig if "num_experts" in fields else Qwen3Config)(
         **fields, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
 
@@ -216,9 +215,7 @@ def model_config(name: str):
     shipped = {hub_id: alias for alias, hub_id in ALIASES.items()}.get(resolved)
     if shipped:
         return AutoConfig.from_pretrained(CONFIGS / shipped)
-    if resolved in ("tiny", "tiny-moe"):
-        return tiny_config(tiny_tokenizer(), moe=resolved == "tiny-moe")
-    if resolved.startswith("random-"):
+    if resolved in ("tiny", "tiny-moe") or resolved.startswith("random-"):
         return random_config(resolved, tiny_tokenizer())
     try:
         if resolved.endswith(".gguf"):
@@ -302,10 +299,8 @@ def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | N
             failure, shared = error, [ModelLoadError(f"rank 0 could not load {name!r}: {error}")]
     dist.broadcast_object_list(shared, src=0, group=waiting)   # the structure (and tokenizer), or the error
     dist.destroy_process_group(waiting)
-    if failure is not None:
-        raise failure
     if isinstance(shared[0], ModelLoadError):
-        raise shared[0]
+        raise failure or shared[0]   # rank 0 its own error, the other ranks rank 0's message
     config, generation_config, name_or_path, tokenizer = shared[0]
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -343,7 +338,6 @@ def shard_model(model, compute_dtype: torch.dtype | None = None, *, offload: boo
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
-    from backend.launch import node_size
     assert dist.is_initialized(), "shard_model needs torch.distributed: run it in a rank (launch.py)"
     world, node = dist.get_world_size(), node_size(dist.get_world_size())
     shape = (world // node, node) if node < world else (world,)
@@ -405,7 +399,4 @@ def room_for_whole(model) -> bool:
         return True
     size = torch.empty(0, dtype=getattr(model, "compute_dtype", torch.float32)).element_size()   # gathered so
     whole = sum(p.numel() for p in model.parameters()) * size   # a DTensor counts whole
-    free = torch.tensor(torch.cuda.mem_get_info()[0], dtype=torch.int64, device=model.device)
-    if torch.distributed.is_initialized():
-        torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN)
-    return free.item() >= 2 * whole
+    return min(every_rank(torch.cuda.mem_get_info()[0])) >= 2 * whole

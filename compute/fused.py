@@ -12,7 +12,6 @@ ignored. Not here: a bias, label smoothing, soft-capping, DTensor inputs (gather
 measurements: bench/NOTES.md; tests: tests/test_fused.py (Triton's interpreter on CPU).
 """
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 import triton
@@ -235,20 +234,15 @@ def vocab_chunk(num_tokens: int, element_size: int, tiles: Tiles) -> int:
     return max(tiles.block_v, columns // tiles.block_v * tiles.block_v)
 
 
-@lru_cache(maxsize=None)
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 1                       # the CPU interpreter runs programs one by one
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 # --- fused_linear_logprob: online-LSE forward, vocabulary-chunked backward.
 
 def _forward(hidden, weight, targets, temperature, tiles):
     """(logprobs [T] fp32, lse [T] fp32) with the Triton forward kernel."""
     T, V = hidden.shape[0], weight.shape[0]
     num_blocks, num_tiles = triton.cdiv(T, tiles.block_t), triton.cdiv(V, tiles.block_v)
-    splits = tiles.num_splits or num_vocab_splits(num_blocks, _num_sms(hidden.device))
+    on_cuda = hidden.device.type == "cuda"   # the CPU interpreter runs programs one by one: one "SM"
+    num_sms = torch.cuda.get_device_properties(hidden.device).multi_processor_count if on_cuda else 1
+    splits = tiles.num_splits or num_vocab_splits(num_blocks, num_sms)
     tiles_per_split = triton.cdiv(num_tiles, min(splits, num_tiles))
     splits = triton.cdiv(num_tiles, tiles_per_split)   # no empty split
     lse_parts = torch.empty(splits, T, device=hidden.device, dtype=torch.float32)

@@ -20,16 +20,15 @@ def plan_micro_batches(lengths: list[int], token_budget: int, padded: bool) -> l
     Example, lengths [3, 9, 4, 5], budget 12: packed -> [[1], [3, 2, 0]] (9 | 5 + 4 + 3 = 12);
     padded -> [[1], [3, 2], [0]] (9 | 2 x 5 = 10; adding the 3 would make 3 x 5 = 15).
     """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        candidate = current + [i]
+    batches = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        candidate = (batches[-1] if batches else []) + [i]
         cost = len(candidate) * lengths[candidate[0]] if padded else sum(lengths[j] for j in candidate)
-        if current and cost > token_budget:
-            batches.append(current)
-            candidate = [i]
-        current = candidate
-    return batches + ([current] if current else [])
+        if len(candidate) > 1 and cost <= token_budget:
+            batches[-1] = candidate
+        else:
+            batches.append([i])
+    return batches
 
 
 def samples_for_rank(samples: list, rank: int, world_size: int) -> list:
