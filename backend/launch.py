@@ -292,7 +292,8 @@ def gather(mine: list, indices: list[int], total: int, world: int) -> list:
 def divide(run, sizes, work, per_rank=False):
     """`work(indices)` on this rank's share of len(sizes) items (`share`), every rank's results gathered in
     order; in one piece where the engine cannot generate on its own (`run.gen.independent()`).
-    `per_rank`: work returns one result for its whole share, and the list of the ranks' comes back."""
+    `per_rank`: work returns a list of one item, its whole share's result, and the list of the ranks' items
+    comes back."""
     with run.gen.independent() as alone:
         world = run.world if alone else 1
         if world > 1:

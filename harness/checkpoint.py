@@ -82,7 +82,7 @@ def shared(run_dir, rank, world):
     import secrets
     import socket
     import torch.distributed as dist
-    from backend.launch import from_rank_0
+    from backend.launch import every_rank, from_rank_0
     token, path = from_rank_0(secrets.token_hex(16), world), run_dir / ".shared"
     if rank == 0:
         path.write_text(token)
@@ -91,8 +91,7 @@ def shared(run_dir, rank, world):
         seen = path.read_text() == token
     except OSError:
         seen = False
-    views = [None] * world
-    dist.all_gather_object(views, (seen, socket.gethostname()))
+    views = every_rank((seen, socket.gethostname()), world)
     if rank == 0:
         path.unlink()
     blind = [f"{r} ({host})" for r, (ok, host) in enumerate(views) if not ok]

@@ -130,7 +130,7 @@ class Log:
         path.with_suffix(".tmp").write_text("".join(line + "\n" for line in kept))
         os.replace(path.with_suffix(".tmp"), path)
         for folder in (self.run_dir / "samples").glob("step_*"):
-            if not folder.name[5:].isdigit() or int(folder.name[5:]) >= step:
+            if not folder.name[5:].isdecimal() or int(folder.name[5:]) >= step:
                 shutil.rmtree(folder, ignore_errors=True)
 
     def samples(self, step, regen, episodes, scores):
@@ -252,9 +252,10 @@ def plot_runs(runs, path):
     for run in runs:
         points = [(m["step"], m["agent/reward"]) for m in read_run(run)[0] if "agent/reward" in m]
         config = Path(run) / "config.json"
-        lr = json.loads(config.read_text()).get("lr") if config.is_file() else None
+        saved = _json(config.read_text(errors="replace")) if config.is_file() else None
+        lr = saved.get("lr") if isinstance(saved, dict) else None   # a config.json cut short: no label
         ax.plot(*(zip(*points) if points else ([], [])), marker="o", markersize=3,
-                label=Path(run).name + (f" (lr {lr:g})" if lr is not None else ""))
+                label=Path(run).name + (f" (lr {lr:g})" if type(lr) in (int, float) else ""))
     ax.set(xlabel="step", ylabel="agent reward (mean of the step's plays)", ylim=(-0.05, 1.05))
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")

@@ -155,15 +155,15 @@ class _Zygote:
         self._lock, self._requests = threading.Lock(), itertools.count()
         self.uid_base = _uid_block(os.getpid())
         self.cgroup, cgroup_note = confine.memory_cgroup()   # made again after a close removed it
-        readable = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, PROJECT, *sys.path,
-                    os.path.dirname(os.path.realpath(sys.executable))]
-        self._config = {"cgroup": self.cgroup, "cgroup_note": cgroup_note, "rebound": confine.rebound(readable),
+        visible = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, PROJECT, *sys.path,
+                   os.path.dirname(os.path.realpath(sys.executable))]
+        self._config = {"cgroup": self.cgroup, "cgroup_note": cgroup_note, "rebound": confine.rebound(visible),
                         "uid": self.uid_base and self.uid_base + confine.UID_BLOCK - 1,   # the trials' uid
                         "path": [PROJECT] + [os.path.abspath(p) for p in sys.path if p]}   # imports as here
         # The default run directories (spade.py's --out, out/{time}, from the project or where it was started):
         # emptied, for a trainer whose sandboxes run as its own uid, which the run's 0700 does not stop.
         runs = [os.path.join(PROJECT, "out"), os.path.abspath("out")]
-        prefix, jail = confine.jail(readable, [self.cgroup] if self.cgroup else [], runs)
+        prefix, jail = confine.jail(visible, [self.cgroup] if self.cgroup else [], runs)
         hello = prefix is not None and self._start(prefix)
         if not hello:   # no bubblewrap, or it cannot run here (no user namespaces, say): unjailed
             jail = f"missing: {jail if prefix is None else self.failure}"

@@ -54,6 +54,9 @@ def test_two_runs_in_one_picture(tmp_path, capsys):
     assert "runs.png" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="usage"):
         report.main([str(tmp_path / "learn"), "--bad"])
+    for damaged in ('{"lr": 5e-', '{"lr": "fast"}', "[1, 2]"):   # a config.json cut short or not a run's: no label
+        (tmp_path / "control" / "config.json").write_text(damaged)
+        report.main([str(tmp_path / "learn"), str(tmp_path / "control")])
 
 
 def test_a_resume_forgets_what_the_steps_after_its_checkpoint_wrote(tmp_path):
@@ -61,6 +64,7 @@ def test_a_resume_forgets_what_the_steps_after_its_checkpoint_wrote(tmp_path):
     for step in range(5):
         log.step({"step": step, "seconds": 1.0})
         (tmp_path / "samples" / f"step_{step:05d}").mkdir(parents=True)
+    (tmp_path / "samples" / "step_\u00b2").mkdir()             # a digit int() does not read: not a step's
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 5, "agent/rew')                   # a kill in the middle of a line
     log.rewind(3)                                            # resumed from the checkpoint of step 3
