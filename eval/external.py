@@ -69,14 +69,22 @@ def missing(checks: list[tuple[bool, str]]) -> str | None:
 
 
 def tau2_python() -> list[str] | None:
-    """The interpreter named on the `#!` line of the installed `tau2` command, where tau2 and its
-    dependencies are importable; None without such a command or a Python on that line."""
+    """The interpreter of the installed `tau2` command, where tau2 and its dependencies are importable:
+    the one its `#!` line names or, where that line is `#!/bin/sh` (pip's launcher for an interpreter
+    path that is long or has spaces), the one its second line execs. None without either."""
     script = shutil.which("tau2")
-    if not script:
+    try:
+        with open(script or "", "rb") as f:
+            first, second = (f.read(4096).decode(errors="replace").splitlines() + ["", ""])[:2]
+    except OSError:
         return None
-    with open(script, "rb") as f:
-        line = f.readline(1024).decode(errors="replace").strip()
-    return shlex.split(line[2:]) if line.startswith("#!") and "python" in line else None
+    if first.startswith("#!") and "python" in first:
+        return shlex.split(first[2:])
+    try:   # pip writes: '''exec' "/path/to/python" "$0" "$@"
+        words = shlex.split(second) if first.strip() == "#!/bin/sh" else []
+    except ValueError:
+        return None
+    return words[1:2] if words[:1] == ["exec"] and len(words) > 1 and "python" in words[1] else None
 
 
 def tau2_checks(options) -> list[tuple[bool, str]]:

@@ -250,7 +250,7 @@ def _what_fits(config, gpus, gpu_bytes, knobs, node_gpus=None):
     for context in (24576, 16384, 12288, 8192, 4096):
         if context < knobs.max_context and fits(gpus, replace(knobs, max_context=context, micro_token_budget=min(
                 knobs.micro_token_budget, context))):
-            return f"it fits with --max-context {context}" + ("" if gpus > 1 else f" (or on {more})")
+            return f"it fits with --max-context {context}" + (f" (or on {more})" if gpus == 1 and more else "")
     return f"it fits on {more}" if more else "no number of these GPUs up to 64 holds it"
 
 

@@ -207,11 +207,13 @@ def _read(path):
 
 def remove_cgroup(directory):
     """rmdir an empty cgroup and the empty ones in it, a fork server's slots (what they still have charged
-    the kernel moves to their parent)."""
+    the kernel moves to their parent). One level only: what a child may have made below its slot stays,
+    with the slot (no recursion a child could make deep)."""
     with suppress(OSError):
         for child in os.scandir(directory):
             if child.is_dir():
-                remove_cgroup(child.path)
+                with suppress(OSError):
+                    os.rmdir(child.path)
         os.rmdir(directory)
 
 

@@ -386,6 +386,23 @@ def install_stand_in_tau2(monkeypatch, root):
     return root / "site" / "calls.jsonl"
 
 
+PIP_LAUNCHER = "#!/bin/sh\n'''exec' \"/opt/tau2 env/bin/python3\" \"$0\" \"$@\"\n' '''\n"   # a path with a space
+
+
+@pytest.mark.parametrize("head, python", [
+    ("#!/opt/venv/bin/python3\n", ["/opt/venv/bin/python3"]),
+    ("#!/usr/bin/env python3\n", ["/usr/bin/env", "python3"]),
+    (PIP_LAUNCHER, ["/opt/tau2 env/bin/python3"]),
+    ("#!/bin/sh\necho not python\n", None), ("", None)])
+def test_the_tau2_commands_interpreter_is_read_from_its_launcher(monkeypatch, tmp_path, head, python):
+    """The Python of the `tau2` command: its #! line's, or the one pip's /bin/sh launcher execs."""
+    command = tmp_path / "tau2"
+    command.write_text(head)
+    command.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert external.tau2_python() == python
+
+
 def test_tau2_runs_tasks_with_the_nl_assertion_evaluation_and_the_officials_judge(monkeypatch, tmp_path):
     calls_file = install_stand_in_tau2(monkeypatch, tmp_path / "fake")
     data = tmp_path / "data"

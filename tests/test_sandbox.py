@@ -579,3 +579,28 @@ def test_a_fork_server_started_again_keeps_every_layer():
         assert box.reset()[0] == "ready"
     assert sandbox._Zygote.get() is not old
     assert sandbox.isolation() == before
+
+
+def test_removing_a_cgroup_never_recurses_into_what_a_child_made(tmp_path):
+    """A child that can write its slot may nest directories there as deep as it likes: removing the
+    trainer's cgroup takes its empty slots and gives up quietly on the rest, never a RecursionError."""
+    from sandbox import confine
+    (tmp_path / "slot-0").mkdir()
+    (tmp_path / "slot-1").mkdir()
+    here, depth = os.getcwd(), 3000   # deeper than the recursion limit, made relative to stay under PATH_MAX
+    os.chdir(tmp_path / "slot-1")
+    try:
+        for _ in range(depth):
+            os.mkdir("d")
+            os.chdir("d")
+        os.chdir(here)
+        confine.remove_cgroup(str(tmp_path))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["slot-1"]
+    finally:   # taken down a level at a time (shutil.rmtree recurses too)
+        os.chdir(tmp_path / "slot-1")
+        for _ in range(depth):
+            os.chdir("d")
+        for _ in range(depth):
+            os.chdir("..")
+            os.rmdir("d")
+        os.chdir(here)
