@@ -30,7 +30,7 @@ from transformers import StaticCache
 from compute import attention
 
 from backend.launch import every_rank
-from backend.models import full_state, gathered, is_sharded
+from backend.models import fsdp_units, full_state, gathered, is_sharded
 
 # Nucleus sampling without top-k applies top_p within the 1024 most likely tokens (a bounded top-k
 # instead of a sort of the whole vocabulary); the mass beyond them is ignored. At top_p <= 0.95 on
@@ -142,8 +142,7 @@ class HFEngine:
     def sleep(self):
         pass
 
-    def wake_up(self):
-        pass
+    wake_up = sleep
 
     @contextlib.contextmanager
     def independent(self):
@@ -153,12 +152,10 @@ class HFEngine:
         if not self.sharded:
             yield True
             return
-        from torch.distributed.fsdp import FSDPModule
         with gathered(self.model) as fits:
             if fits:
-                for module in self.model.modules():
-                    if isinstance(module, FSDPModule):
-                        module.unshard()
+                for unit in fsdp_units(self.model):
+                    unit.unshard()
             self.whole = fits
             try:
                 yield fits
@@ -193,8 +190,7 @@ class HFEngine:
         as `generate` runs the model (decode attention, gathered weights), right-padded: causal attention
         keeps the padding out of every real token's view."""
         assert all(len(s) >= 2 for s in sequences), "a scored sequence needs at least two tokens"
-        width = max(len(s) for s in sequences)
-        ids = torch.tensor([s + [0] * (width - len(s)) for s in sequences], device=self.model.device)
+        ids = pad_sequence([torch.tensor(s) for s in sequences], batch_first=True).to(self.model.device)
         with self._as_engine():
             logits = self.model(input_ids=ids, use_cache=False).logits[:, :-1].float()
         scores = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1).tolist()
@@ -228,16 +224,13 @@ class HFEngine:
         out_tokens = torch.zeros(B, n, dtype=torch.long, device=device)
         out_logprobs = torch.zeros(B, n, dtype=torch.float32, device=device)
         num_tokens = torch.zeros(B, dtype=torch.long, device=device)
-        stopped = torch.zeros(B, dtype=torch.bool, device=device)  # ended on EOS
-        done = stopped.clone()  # per row of the current batch, not per prompt
+        done = torch.zeros(B, dtype=torch.bool, device=device)  # per row of the current batch, not per prompt
         step = self._decode_step(cache, B, capacity)
         for t in range(n):
             tokens, logprobs = sample_next(logits, params, generator)
             out_tokens[rows, t], out_logprobs[rows, t] = tokens, logprobs
             num_tokens[rows] += (~done).long()  # rows that stopped before keep decoding, uncounted
-            hit = ~done & torch.isin(tokens, eos)
-            stopped[rows] |= hit
-            done |= hit
+            done |= torch.isin(tokens, eos)
             if t + 1 == n or ((t + 1) % self.stop_check == 0 and bool(done.all())):
                 break
             column = L + t  # where the token just sampled goes in the cache
@@ -251,9 +244,11 @@ class HFEngine:
                 step = self._decode_step(cache, len(rows), capacity)
             mask[:, column] = 0.0
             logits = step(tokens[:, None], (lengths + t)[:, None], mask[:, None, None, :])
-        rows = zip(out_tokens.tolist(), out_logprobs.tolist(), num_tokens.tolist(), stopped.tolist())
-        return [Completion(tokens[:count], logprobs[:count], "stop" if stop else "length")
-                for tokens, logprobs, count, stop in rows]
+        # A row stopped on EOS where its last counted token is one: a stopped row counts no more tokens.
+        rows = zip(out_tokens.tolist(), out_logprobs.tolist(), num_tokens.tolist())
+        return [Completion(tokens[:count], logprobs[:count],
+                           "stop" if tokens[count - 1] in self.eos_token_ids else "length")
+                for tokens, logprobs, count in rows]
 
     def _prefill(self, prompts, L, capacity):
         """Prompts through the model in row groups; their keys/values into one cache; last logits [B, V]."""
@@ -377,13 +372,14 @@ class VLLMEngine:
             path = self._save_snapshot(model, tokenizer)
         self.sleep_mode = torch.cuda.is_available()
         self.dtype = getattr(model, "compute_dtype", model.dtype)   # bf16 for fp32 master weights
+        # On CUDA the share of GPU memory vLLM takes: the trainer needs the rest. vLLM's CPU backend sizes its
+        # KV cache as a share of host memory minus this process's resident size, which fails once the process
+        # is big: a fixed size there.
+        memory = (dict(gpu_memory_utilization=gpu_memory_utilization) if self.sleep_mode
+                  else dict(kv_cache_memory_bytes=1 << 30))
         kwargs = dict(model=path, dtype=str(self.dtype).removeprefix("torch."), seed=seed,
                       max_model_len=max_model_len, max_num_seqs=max_num_seqs, logprobs_mode="processed_logprobs",
-                      enable_sleep_mode=self.sleep_mode)
-        if self.sleep_mode:  # the share of GPU memory vLLM takes: the trainer needs the rest
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        else:  # vLLM's CPU backend sizes its KV cache as a share of host memory minus this process's
-            kwargs["kv_cache_memory_bytes"] = 1 << 30  # resident size, which fails once the process is big
+                      enable_sleep_mode=self.sleep_mode, **memory)
         if "RANK" in os.environ:  # launched by torchrun (not dist.is_initialized(): vLLM sets up a group too)
             # Ranks g*tp ... g*tp+tp-1 are one engine; vLLM makes the world/tp groups independent data-parallel
             # replicas (its "external DP"). A group's ranks must sample alike: one seed per group here, and

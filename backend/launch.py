@@ -80,11 +80,9 @@ def _supervise(ranks, poll_s):
         interrupt = signal.sigtimedwait({signal.SIGINT}, poll_s)
         if interrupt is not None and interrupt.si_code == 0:
             for rank in ranks:
-                if rank.poll() is None:
-                    rank.send_signal(signal.SIGUSR1)
+                rank.send_signal(signal.SIGUSR1)   # Popen signals only a rank that has not exited
     for rank in ranks:
-        if rank.poll() is None:
-            rank.terminate()
+        rank.terminate()
     for rank in ranks:
         try:
             rank.wait(timeout=30)
@@ -318,8 +316,9 @@ class TensorParallelGroup:
 
     def __init__(self, engine, tp: int, world: int):
         import torch.distributed as dist
-        self.engine, self.tp, self.group = engine, tp, None
+        self.engine, self.tp, self.group, self.mine = engine, tp, None, 0
         if tp > 1:
+            self.mine = dist.get_rank() % tp   # this rank's place in its group of consecutive ranks
             self.group, _ = dist.new_subgroups_by_enumeration(
                 [list(range(g, g + tp)) for g in range(0, world, tp)], backend="gloo")
 
@@ -333,10 +332,8 @@ class TensorParallelGroup:
             pass
 
     def generate(self, prompts, params):
-        import torch.distributed as dist
         calls, results = self._round((prompts, params))
-        mine = 0 if self.group is None else dist.get_rank(group=self.group)
-        return results[sum(call is not None for call in calls[:mine])]
+        return results[sum(call is not None for call in calls[:self.mine])]
 
     def _round(self, call):
         """Every group rank's call (None: nothing to ask) and the completions of those that asked."""

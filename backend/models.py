@@ -270,7 +270,7 @@ def _convert_gguf(folder: str, file: str):
 # ---------------------------------------------------------------------------------------- FSDP2
 
 
-def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | None = None,
+def load_sharded(name: str, *, dtype: torch.dtype = torch.float32, device: str | None = None,
                  compute_dtype: torch.dtype | None = None, offload: bool = False):
     """`load_model` for a run of ranks: the model comes out sharded with FSDP2 (`shard_model`), its
     parameters in `dtype` (fp32 master weights by default), computing in `compute_dtype`.
@@ -288,7 +288,6 @@ def load_sharded(name: str, *, dtype: torch.dtype | None = None, device: str | N
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or torch.float32
     full, shared, failure = None, [None], None
     waiting = dist.new_group(backend="gloo", timeout=datetime.timedelta(hours=6))
     if dist.get_rank() == 0:
@@ -376,7 +375,6 @@ def gathered(model):
     cache's); it yields whether it did. Afterwards everything is resharded and the layers reshard after
     each forward again, as training wants (FSDP2's public `set_reshard_after_forward`, meant for
     evaluation like this)."""
-    from torch.distributed.fsdp import FSDPModule
     if not room_for_whole(model):
         yield False  # too big to hold whole beside a KV cache: every forward gathers layer by layer
         return
@@ -384,11 +382,16 @@ def gathered(model):
     try:
         yield True
     finally:
-        for module in model.modules():
-            if isinstance(module, FSDPModule):
-                module.reshard()
+        for unit in fsdp_units(model):
+            unit.reshard()
         for layer in model.model.layers:   # the root keeps FSDP2's own choice for it: not resharded
             layer.set_reshard_after_forward(True, recurse=False)
+
+
+def fsdp_units(model) -> list:
+    """The FSDP2 units of a sharded model (`shard_model`: each decoder layer, and the root)."""
+    from torch.distributed.fsdp import FSDPModule
+    return [module for module in model.modules() if isinstance(module, FSDPModule)]
 
 
 def room_for_whole(model) -> bool:

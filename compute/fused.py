@@ -240,8 +240,8 @@ def _forward(hidden, weight, targets, temperature, tiles):
     """(logprobs [T] fp32, lse [T] fp32) with the Triton forward kernel."""
     T, V = hidden.shape[0], weight.shape[0]
     num_blocks, num_tiles = triton.cdiv(T, tiles.block_t), triton.cdiv(V, tiles.block_v)
-    on_cuda = hidden.device.type == "cuda"   # the CPU interpreter runs programs one by one: one "SM"
-    num_sms = torch.cuda.get_device_properties(hidden.device).multi_processor_count if on_cuda else 1
+    # The CPU interpreter runs programs one by one: one "SM".
+    num_sms = torch.cuda.get_device_properties(hidden.device).multi_processor_count if hidden.is_cuda else 1
     splits = tiles.num_splits or num_vocab_splits(num_blocks, num_sms)
     tiles_per_split = triton.cdiv(num_tiles, min(splits, num_tiles))
     splits = triton.cdiv(num_tiles, tiles_per_split)   # no empty split
