@@ -172,8 +172,7 @@ def memory_cgroup():
             try:
                 os.makedirs(directory, exist_ok=True)
                 if version == 2:   # its children (one per sandbox) need the controller too
-                    with open(os.path.join(directory, "cgroup.subtree_control"), "w") as f:
-                        f.write("+memory")
+                    _write(os.path.join(directory, "cgroup.subtree_control"), "+memory")
             except OSError as e:
                 return None, f"cannot create a memory cgroup in {parent}: {e.strerror}"
             return directory, f"cgroup v{version}"
@@ -202,6 +201,11 @@ def _read(path):
     with suppress(OSError), open(path) as f:
         return f.read()
     return ""
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def remove_cgroup(directory):
@@ -244,8 +248,7 @@ def confine_child(spec):
         _enter_cgroup(spec["cgroup"], spec["memory_limit"])
     if spec["namespaces"]:
         _hide_cgroups()
-    with open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")   # the machine's OOM killer takes a sandbox before the trainer
+    _write("/proc/self/oom_score_adj", "1000")   # the machine's OOM killer takes a sandbox before the trainer
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
     # Without a memory cgroup only files bound the memfds RLIMIT_AS does not count: 64 of 16 MiB.
     files, file_mb = (256, SCRATCH_MB) if spec["cgroup"] else (64, 16)
@@ -340,8 +343,7 @@ def _seen_as(seen, uid):
     check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
     check(libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
     for name, line in (("setgroups", "deny"), ("uid_map", f"{seen} {uid} 1"), ("gid_map", f"{seen} {uid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(line)
+        _write(f"/proc/self/{name}", line)
     _drop_bounding_set()   # a new user namespace starts with a full one
 
 
@@ -371,12 +373,10 @@ def _enter_cgroup(directory, limit):
         for name, value in settings:
             path = os.path.join(directory, name)
             if os.path.exists(path):   # memsw exists only with swap accounting
-                with open(path, "w") as f:
-                    f.write(str(value))
+                _write(path, str(value))
     # v1: "0" into `tasks` moves this thread only, which skips the global lock that moving a whole
     # process takes (its write side waits for an RCU grace period: ~10 ms after the machine was idle).
-    with open(os.path.join(directory, "tasks" if v1 else "cgroup.procs"), "w") as f:
-        f.write("0")
+    _write(os.path.join(directory, "tasks" if v1 else "cgroup.procs"), "0")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -452,7 +452,6 @@ def plain_messages(messages, special_tokens):
 # the second kind leaves text in the order it runs but shows it to a person in another one.
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
-_CONTROL_BUT_LINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
 
 
 def printable(text, lines=False):
@@ -467,7 +466,7 @@ def printable(text, lines=False):
     if x:
         go(\u202e1)
     """
-    return (_CONTROL_BUT_LINES if lines else _CONTROL).sub(lambda m: repr(m.group())[1:-1], text)
+    return _CONTROL.sub(lambda m: m.group() if lines and m.group() in "\n\t" else repr(m.group())[1:-1], text)
 
 
 MAX_FILE_JSON_DEPTH = 64
