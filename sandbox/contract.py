@@ -487,12 +487,11 @@ def read_json(text, max_depth=MAX_FILE_JSON_DEPTH):
         value = json.loads(text)
     except RecursionError:   # deeper than the parser's stack
         raise ValueError(f"JSON nested deeper than {max_depth}") from None
-    level, depth = [value], 0
-    while level:   # level by level, never recursing: linear in the value's size
-        depth += 1
-        if depth > max_depth:
-            raise ValueError(f"JSON nested deeper than {max_depth}")
+    level = [value]
+    for _ in range(max_depth):   # level by level, never recursing: linear in the value's size
         level = [v for x in level if type(x) in (dict, list) for v in (x.values() if type(x) is dict else x)]
+    if level:   # something below the last level allowed
+        raise ValueError(f"JSON nested deeper than {max_depth}")
     return value
 
 

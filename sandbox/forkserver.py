@@ -318,11 +318,10 @@ def _trial(layers, config, pid_namespace):
         return str(e)
     finally:
         theirs.close()
-    ours.settimeout(30)
     answer = b""
-    with suppress(OSError):
+    with ours, suppress(OSError):
+        ours.settimeout(30)
         answer = ours.recv(4096)
-    ours.close()
     _reap(pid, spec)
     return None if answer[:1] == b"\x00" else answer[1:].decode(errors="replace") or "the trial child died"
 
