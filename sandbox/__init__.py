@@ -423,8 +423,7 @@ class EnvSandbox:
         return None, None
 
     def reset(self, seed=None):
-        obs, info, _ = self._checked(checked_reset, self.request("reset", seed=seed))
-        return obs, info
+        return self._checked(checked_reset, self.request("reset", seed=seed))[:2]   # less the kinds
 
     def step(self, action):
         """(observation, reward, terminated, truncated, info), the reward clipped to REWARD_RANGE: the gate

@@ -163,17 +163,16 @@ def memory_cgroup():
             ours = (fstype == "cgroup" and "memory" in options.split(",")) if version == 1 else \
                    (version == 2 and fstype == "cgroup2")
             parent = mountpoint + path.rstrip("/")
-            if not ours or not os.path.isdir(parent):
-                continue   # another controller, or our cgroup is not where the path says (a cgroup namespace)
-            if version == 2 and "memory" not in _read(os.path.join(parent, "cgroup.subtree_control")).split():
+            # Another controller, our cgroup not where the path says (a cgroup namespace), or memory not delegated
+            if not ours or not os.path.isdir(parent) or (
+                    version == 2 and "memory" not in _read(os.path.join(parent, "cgroup.subtree_control")).split()):
                 continue
             _sweep(parent)
             directory = os.path.join(parent, f"spade-sandbox-{os.getpid()}")
             try:
                 os.makedirs(directory, exist_ok=True)
                 if version == 2:   # its children (one per sandbox) need the controller too
-                    with open(os.path.join(directory, "cgroup.subtree_control"), "w") as f:
-                        f.write("+memory")
+                    _write(os.path.join(directory, "cgroup.subtree_control"), "+memory")
             except OSError as e:
                 return None, f"cannot create a memory cgroup in {parent}: {e.strerror}"
             return directory, f"cgroup v{version}"
@@ -191,18 +190,22 @@ def _sweep(parent):
 
 def _alive(pid):
     try:
-        os.kill(pid, 0)
+        with suppress(PermissionError):   # another user's
+            os.kill(pid, 0)
+        return True
     except ProcessLookupError:
         return False
-    except PermissionError:   # another user's
-        pass
-    return True
 
 
 def _read(path):
     with suppress(OSError), open(path) as f:
         return f.read()
     return ""
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def remove_cgroup(directory):
@@ -245,8 +248,7 @@ def confine_child(spec):
         _enter_cgroup(spec["cgroup"], spec["memory_limit"])
     if spec["namespaces"]:
         _hide_cgroups()
-    with open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")   # the machine's OOM killer takes a sandbox before the trainer
+    _write("/proc/self/oom_score_adj", "1000")   # the machine's OOM killer takes a sandbox before the trainer
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a too-large file write raises, not kills
     # Without a memory cgroup only files bound the memfds RLIMIT_AS does not count: 64 of 16 MiB.
     files, file_mb = (256, SCRATCH_MB) if spec["cgroup"] else (64, 16)
@@ -267,9 +269,9 @@ def confine_child(spec):
         libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
         header = struct.pack("Ii", 0x20080522, 0)   # _LINUX_CAPABILITY_VERSION_3, this process
         check(libc.syscall(ARCH[1]["capset"], header, bytes(24)), "capset")
-    if spec["seccomp"]:   # KEYCTL_JOIN_SESSION_KEYRING: a fresh, empty session keyring (the number is per arch)
-        if libc.syscall(ARCH[1]["keyctl"], 1, None) < 0:
-            check(-1, "keyctl(KEYCTL_JOIN_SESSION_KEYRING)")
+    # KEYCTL_JOIN_SESSION_KEYRING: a fresh, empty session keyring (the number is per arch)
+    if spec["seccomp"] and libc.syscall(ARCH[1]["keyctl"], 1, None) < 0:
+        check(-1, "keyctl(KEYCTL_JOIN_SESSION_KEYRING)")
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")        # setuid binaries stay us
     check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")                 # no /proc/<pid>/mem
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")  # dies with the fork server
@@ -293,8 +295,7 @@ def _private_mounts(rebound):
     check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options), "mount /tmp")
     for path, fd in zip(rebound, sources):
         os.makedirs(path, mode=0o755, exist_ok=True)
-        check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
-        _read_only(path, bind=False)
+        _read_only(path, f"/proc/self/fd/{fd}")
         os.close(fd)
     check(libc.mount(b"/tmp", b"/dev/shm", None, MS_BIND, None), "mount /dev/shm")
     check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
@@ -327,13 +328,10 @@ def _hide_cgroups():
 
 def _cgroup_mounts():
     """The mount points of the cgroup file systems in this mount namespace (mountinfo's octal escapes undone)."""
-    mounts = []
     with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields, _, kind = line.partition(" - ")
-            if kind.split()[0] in ("cgroup", "cgroup2"):
-                mounts.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields.split()[4]))
-    return mounts
+        mounts = [line.split() for line in f]   # the file system type follows the lone "-"
+    return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]) for fields in mounts
+            if fields[fields.index("-") + 1] in ("cgroup", "cgroup2")]
 
 
 def _seen_as(seen, uid):
@@ -345,8 +343,7 @@ def _seen_as(seen, uid):
     check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
     check(libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
     for name, line in (("setgroups", "deny"), ("uid_map", f"{seen} {uid} 1"), ("gid_map", f"{seen} {uid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(line)
+        _write(f"/proc/self/{name}", line)
     _drop_bounding_set()   # a new user namespace starts with a full one
 
 
@@ -356,10 +353,9 @@ def _drop_bounding_set():
         libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)   # EINVAL past the last one: harmless
 
 
-def _read_only(path, bind=True):
-    """Make `path` a read-only mount in this mount namespace (binding it onto itself first)."""
-    if bind:
-        check(libc.mount(path.encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
+def _read_only(path, source=None):
+    """Bind `source` (else `path` itself) onto `path`, read-only, in this mount namespace."""
+    check(libc.mount((source or path).encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
     check(libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None), f"remount {path} ro")
 
 
@@ -377,12 +373,10 @@ def _enter_cgroup(directory, limit):
         for name, value in settings:
             path = os.path.join(directory, name)
             if os.path.exists(path):   # memsw exists only with swap accounting
-                with open(path, "w") as f:
-                    f.write(str(value))
+                _write(path, str(value))
     # v1: "0" into `tasks` moves this thread only, which skips the global lock that moving a whole
     # process takes (its write side waits for an RCU grace period: ~10 ms after the machine was idle).
-    with open(os.path.join(directory, "tasks" if v1 else "cgroup.procs"), "w") as f:
-        f.write("0")
+    _write(os.path.join(directory, "tasks" if v1 else "cgroup.procs"), "0")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import random
 import re
 import sys
 import threading
+import traceback
 from contextlib import suppress
 
 
@@ -226,12 +227,9 @@ def describe(error):
         text = f"{type(error).__name__}: <unprintable message>"
     if isinstance(error, BlockingIOError) or (isinstance(error, RuntimeError) and "new thread" in str(error)):
         text += " (the sandbox runs no threads or processes)"   # RLIMIT_NPROC 0: EAGAIN, or threading's message
-    tb, line = error.__traceback__, None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<environment>":
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return (text + (f" (line {line})" if line else ""))[:MAX_ERROR_CHARS]
+    lines = [line for frame, line in traceback.walk_tb(error.__traceback__)
+             if frame.f_code.co_filename == "<environment>"]
+    return (text + (f" (line {lines[-1]})" if lines else ""))[:MAX_ERROR_CHARS]
 
 
 def namespace():
@@ -239,9 +237,8 @@ def namespace():
     import collections, copy, functools, heapq, operator, random, statistics, string, typing
     import numpy
     ns = {"__name__": "environment", "__builtins__": __builtins__, "np": numpy, "numpy": numpy}
-    for module in (itertools, math, random, re, json, collections, functools, string, copy, heapq,
-                   operator, statistics):
-        ns[module.__name__] = module
+    ns.update({module.__name__: module for module in (itertools, math, random, re, json, collections, functools,
+                                                      string, copy, heapq, operator, statistics)})
     for module, names in ((collections, "deque defaultdict Counter OrderedDict namedtuple"),
                           (itertools, "combinations permutations product chain accumulate"),
                           (functools, "reduce lru_cache"), (copy, "deepcopy"), (heapq, "heappush heappop"),
@@ -277,10 +274,8 @@ def load_env_class(code):
         raise
     except BaseException as e:
         raise ContractError("load", describe(e))
-    for name, obj in list(ns.items()):
-        if name.endswith("Env") and callable(obj) and name not in ("Env", "ToolUseBaseEnv"):
-            return obj
-    return None
+    return next((obj for name, obj in list(ns.items())
+                 if name.endswith("Env") and callable(obj) and name not in ("Env", "ToolUseBaseEnv")), None)
 
 
 def construct(cls, max_turns=None):
@@ -384,7 +379,6 @@ def unboxed_probes(cls):
             env.close()
         except Exception as e:
             raise ContractError("contract", f"close() raised {describe(e)}")
-    return None
 
 
 def criteria_at(cls, seed):
@@ -458,7 +452,6 @@ def plain_messages(messages, special_tokens):
 # the second kind leaves text in the order it runs but shows it to a person in another one.
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
-_CONTROL_BUT_LINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
 
 
 def printable(text, lines=False):
@@ -473,7 +466,7 @@ def printable(text, lines=False):
     if x:
         go(\u202e1)
     """
-    return (_CONTROL_BUT_LINES if lines else _CONTROL).sub(lambda m: repr(m.group())[1:-1], text)
+    return _CONTROL.sub(lambda m: m.group() if lines and m.group() in "\n\t" else repr(m.group())[1:-1], text)
 
 
 MAX_FILE_JSON_DEPTH = 64
@@ -494,12 +487,11 @@ def read_json(text, max_depth=MAX_FILE_JSON_DEPTH):
         value = json.loads(text)
     except RecursionError:   # deeper than the parser's stack
         raise ValueError(f"JSON nested deeper than {max_depth}") from None
-    level, depth = [value], 0
-    while level:   # level by level, never recursing: linear in the value's size
-        depth += 1
-        if depth > max_depth:
-            raise ValueError(f"JSON nested deeper than {max_depth}")
+    level = [value]
+    for _ in range(max_depth):   # level by level, never recursing: linear in the value's size
         level = [v for x in level if type(x) in (dict, list) for v in (x.values() if type(x) is dict else x)]
+    if level:   # something below the last level allowed
+        raise ValueError(f"JSON nested deeper than {max_depth}")
     return value
 
 

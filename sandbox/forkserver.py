@@ -118,7 +118,7 @@ def operations():
 
     def new(request):   # the gate's construction, or a play's (max_turns): [index, the methods it lacks]
         envs.append(construct(cls, request.get("max_turns")))
-        return [len(envs) - 1, _missing_methods(envs[-1])]
+        return [len(envs) - 1, [m for m in ("reset", "step") if not callable(getattr(envs[-1], m, None))]]
 
     return {
         "load": load,
@@ -130,10 +130,6 @@ def operations():
         "probe": lambda r: unboxed_probes(cls),
         "criteria": lambda r: criteria_at(cls, r["seed"]),
     }
-
-
-def _missing_methods(env):
-    return [m for m in ("reset", "step") if not callable(getattr(env, m, None))]
 
 
 def _serve(sock):
@@ -322,35 +318,29 @@ def _trial(layers, config, pid_namespace):
         return str(e)
     finally:
         theirs.close()
-    ours.settimeout(30)
     answer = b""
-    with suppress(OSError):
+    with ours, suppress(OSError):
+        ours.settimeout(30)
         answer = ours.recv(4096)
-    ours.close()
     _reap(pid, spec)
     return None if answer[:1] == b"\x00" else answer[1:].decode(errors="replace") or "the trial child died"
 
 
 def _remove_tree(path):
-    """rm -rf without recursion (a child may leave a chain 100k deep) and through read-only dirs."""
-    stack, seen = [path], set()
+    """rm -rf without recursion (a child may leave a chain 100k deep) and through read-only dirs: each
+    directory opened up and emptied of its files, top-down, then the directories removed, bottom-up."""
+    directories, stack = [], [path]
     while stack:
         top = stack.pop()
-        if top in seen:                               # its entries are gone (or cannot go)
-            with suppress(OSError):
-                os.rmdir(top)
-            continue
-        seen.add(top)
-        stack.append(top)
-        try:
+        directories.append(top)
+        with suppress(OSError):
             os.chmod(top, 0o700)
-            entries = list(os.scandir(top))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            else:
-                with suppress(OSError):
-                    os.unlink(entry.path)
-
+            for entry in os.scandir(top):
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    with suppress(OSError):
+                        os.unlink(entry.path)
+    for directory in reversed(directories):   # each after every directory below it
+        with suppress(OSError):
+            os.rmdir(directory)
