@@ -312,16 +312,17 @@ def _trial(layers, config, pid_namespace):
     """None if a child confines itself with these layers, else why not."""
     spec = _spec(layers, config, {"uid": config["uid"], "slot": "trial", "memory_mb": 256})
     ours, theirs = socket.socketpair()
-    try:
-        pid = _fork(spec, theirs.fileno(), pid_namespace, trial=True)
-    except OSError as e:
-        return str(e)
-    finally:
-        theirs.close()
-    answer = b""
-    with ours, suppress(OSError):
-        ours.settimeout(30)
-        answer = ours.recv(4096)
+    with ours:
+        try:
+            pid = _fork(spec, theirs.fileno(), pid_namespace, trial=True)
+        except OSError as e:
+            return str(e)
+        finally:
+            theirs.close()
+        answer = b""
+        with suppress(OSError):
+            ours.settimeout(30)
+            answer = ours.recv(4096)
     _reap(pid, spec)
     return None if answer[:1] == b"\x00" else answer[1:].decode(errors="replace") or "the trial child died"
 
