@@ -327,10 +327,9 @@ def keep_designer_sample(variant: str, x: float) -> bool:
     return x >= 0 or getattr(DESIGNER_REWARDS[variant], "keeps_negative", False)
 
 
-def score_designer_batch(variant: str, outcomes: list[EnvOutcome], *, num_agent: int,
-                         regen_interval: int, tracker: LearningPotentialTracker | None = None,
-                         lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25,
-                         cap: float = 50.0) -> tuple[list[float], list[float | None]]:
+def score_designer_batch(variant: str, outcomes: list[EnvOutcome], *, num_agent: int, regen_interval: int,
+                         tracker: LearningPotentialTracker | None = None, lo: float = 0.4, hi: float = 0.6,
+                         ramp: float = 0.25) -> tuple[list[float], list[float | None]]:
     """METHOD 6.2 steps 3-4 in one call: raw x per outcome from DESIGNER_REWARDS[variant], samples with
     x < 0 dropped (`keep_designer_sample`), per-skill centring of the kept ones, times S counted over
     the kept ones. Returns (raw x for logging, advantage per outcome with None = drop the sample).
@@ -340,6 +339,6 @@ def score_designer_batch(variant: str, outcomes: list[EnvOutcome], *, num_agent:
         raise ValueError(f"unknown designer reward {variant!r}; choose from {sorted(DESIGNER_REWARDS)}")
     raw = DESIGNER_REWARDS[variant](outcomes, tracker, lo=lo, hi=hi, ramp=ramp)
     kept = [i for i, x in enumerate(raw) if keep_designer_sample(variant, x)]
-    scale = role_scale(num_agent, len(kept), regen_interval, cap)
+    scale = role_scale(num_agent, len(kept), regen_interval)
     centred = dict(zip(kept, designer_advantages([raw[i] for i in kept], [outcomes[i].skill for i in kept], scale)))
     return raw, [centred.get(i) for i in range(len(outcomes))]   # None: the sample is dropped
