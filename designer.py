@@ -13,7 +13,6 @@ ideas and memory sample from a generator of its own, seeded from (seed, rollout,
 attempt is the same whichever process makes it; up to 5 validated attempts per slot (gate.py), failures
 never trained; the sample is the prompt (mask 0) and the response (mask 1, its log-probs).
 """
-import contextlib
 import importlib.util
 import inspect
 import json
@@ -22,7 +21,6 @@ import os
 import random
 import re
 import tempfile
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -30,10 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from tqdm import tqdm
-
 import prompts
-from agent import after_thinking, extract_boxed, json_or_text
+from agent import after_thinking, extract_boxed, json_or_text, ticking_bar
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
 from backend import chat
@@ -299,25 +295,6 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
     envs = [Environment(s.env_id, s.skill, s.code) for s in samples]
     return envs, samples, {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": len(failures) + len(envs),
                            "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
-
-
-@contextlib.contextmanager
-def ticking_bar(total, label, unit):
-    """A tqdm bar (on a terminal, where `label` is given) redrawn every second, so that one long generate
-    call shows the time it has taken so far."""
-    bar = tqdm(total=total, desc=label, unit=unit, leave=False, disable=None if label else True)
-    stop = threading.Event()
-
-    def tick():
-        while not stop.wait(1.0):
-            bar.refresh()
-    if not bar.disable:
-        threading.Thread(target=tick, daemon=True).start()
-    try:
-        yield bar
-    finally:
-        stop.set()
-        bar.close()
 
 
 def _generate(engine, tokenizer, prompt_tokens, params):
