@@ -77,23 +77,21 @@ class EnvMemory:
     """FIFO of the last `capacity` environments with their win rate and regret, saved as a JSON list."""
 
     def __init__(self, path=None, capacity: int = 200):
+        """The records of `path` where it exists; a corrupt file is moved aside (never overwritten) and
+        the memory starts empty."""
         self.path, self.capacity, self.records = (Path(path) if path else None), capacity, []
         if self.path is not None and self.path.exists():
-            self.records = self._load(self.path)[-capacity:]
-
-    def _load(self, path: Path) -> list[dict]:
-        """The records of `path`; a corrupt file is moved aside (never overwritten) and [] returned."""
-        try:
-            return self.checked(read_json(path.read_bytes()))
-        except (ValueError, OSError) as e:   # not JSON, not UTF-8, nested too deep; a directory
-            base = f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
-            aside, copies = path.with_name(base), 1
-            while aside.exists():   # one an earlier start moved aside this second
-                copies += 1
-                aside = path.with_name(f"{base}~{copies}")
-            os.replace(path, aside)
-            print(f"memory: {path} is corrupt ({printable(str(e)[:200])}); moved it to {aside}, starting empty")
-            return []
+            try:
+                self.records = self.checked(read_json(self.path.read_bytes()))[-capacity:]
+            except (ValueError, OSError) as e:   # not JSON, not UTF-8, nested too deep; a directory
+                base = f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+                aside, copies = self.path.with_name(base), 1
+                while aside.exists():   # one an earlier start moved aside this second
+                    copies += 1
+                    aside = self.path.with_name(f"{base}~{copies}")
+                os.replace(self.path, aside)
+                print(f"memory: {self.path} is corrupt ({printable(str(e)[:200])}); moved it to {aside}, "
+                      "starting empty")
 
     @staticmethod
     def checked(records) -> list[dict]:
