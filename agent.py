@@ -14,10 +14,12 @@ thinking mode (METHOD.md 4.2) every turn's prompt is the transcript rendered aga
 training sequence of its own (`Episode.turns`). A SandboxError ends its episode with reward -1; the
 FAILED plays (all but step() raising, `_end_on_error`) are marked for the loop to drop (METHOD.md 3.3).
 """
+import contextlib
 import hashlib
 import json
 import os
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -288,7 +290,7 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
     one per turn so turns do not replay one random stream). stats: an optional dict that receives
     wall_s, generate_s, env_s, num_generate_calls, num_episodes, num_generated_tokens.
     thinking: METHOD.md 4.2's mode (module docstring): a prompt rendered per turn, a sequence per turn.
-    progress: a label for a bar of finished plays, updated every turn (shown on a terminal only). Text
+    progress: a label for a bar of finished plays (`ticking_bar`: on a terminal only), updated every turn. Text
     an environment returns that cannot fit max_context is cut before it is tokenised (chars_per_token),
     and a reply's tool calls stop there. Never raises for environment failures; engine bugs do raise.
     """
@@ -304,25 +306,20 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
              for i, env in enumerate(envs) for k in range(plays_per_env)]
     # Threads mostly wait on sandbox processes, so more of them than cores helps (2 cores: 8 > 2).
     pool = ThreadPoolExecutor(min(32, 4 * (os.cpu_count() or 1)))
-    bar = tqdm(total=len(plays), desc=progress, unit="play", leave=False, disable=None if progress else True)
     try:
-        _in_pool(pool, timings, _start, [(p, timeout_s, max_turns) for p in plays])
-        _add_prompts(tokenizer, _running(plays), thinking, max_context)
-        _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns=max_turns, max_context=max_context,
-               max_new_tokens=max_new_tokens, thinking=thinking)
-        bar.update(len(plays) - bar.n)
+        with ticking_bar(len(plays), progress, unit="play") as bar:
+            _in_pool(pool, timings, _start, [(p, timeout_s, max_turns) for p in plays])
+            _add_prompts(tokenizer, _running(plays), thinking, max_context)
+            _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns=max_turns, max_context=max_context,
+                   max_new_tokens=max_new_tokens, thinking=thinking)
+            bar.update(len(plays) - bar.n)
     finally:   # close every sandbox, also when the engine or the tokenizer raised
-        bar.close()
         for p in plays:
             if p.box is not None:
                 pool.submit(p.box.close)
         pool.shutdown(wait=True)
     episodes = [p.episode for p in plays]
-    for e in episodes:
-        assert e.status != "running"
-        for tokens, loss_mask, logprobs in e.turns or [(e.tokens, e.loss_mask, e.logprobs)]:
-            assert len(tokens) == len(loss_mask) == len(logprobs)
-            assert not loss_mask or loss_mask[0] == 0, "the first token must never be trained on"
+    assert all(e.status != "running" for e in episodes)
     if stats is not None:
         stats.update(timings, wall_s=time.perf_counter() - started, num_episodes=len(episodes),
                      num_generated_tokens=sum(e.num_generated_tokens for e in episodes))
@@ -353,6 +350,25 @@ def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, m
         _add_prompts(tokenizer, _running(plays), thinking, max_context, end_texts)   # thinking: a prompt rendered anew
 
 
+@contextlib.contextmanager
+def ticking_bar(total, label, unit):
+    """A tqdm bar (on a terminal, where `label` is given) redrawn every second, so that one long generate
+    call shows the time it has taken so far."""
+    bar = tqdm(total=total, desc=label, unit=unit, leave=False, disable=None if label else True)
+    stop = threading.Event()
+
+    def tick():
+        while not stop.wait(1.0):
+            bar.refresh()
+    if not bar.disable:
+        threading.Thread(target=tick, daemon=True).start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        bar.close()
+
+
 def _running(plays):
     return [p for p in plays if p.episode.status == "running"]
 
@@ -360,8 +376,7 @@ def _running(plays):
 def _in_pool(pool, timings, function, args):
     """Sandbox calls wait on child processes: overlap them in the thread pool."""
     tick = time.perf_counter()
-    if args:
-        list(pool.map(function, *zip(*args)))
+    list(pool.map(function, *zip(*args)))   # no args: no call
     timings["env_s"] += time.perf_counter() - tick
 
 

@@ -13,7 +13,6 @@ ideas and memory sample from a generator of its own, seeded from (seed, rollout,
 attempt is the same whichever process makes it; up to 5 validated attempts per slot (gate.py), failures
 never trained; the sample is the prompt (mask 0) and the response (mask 1, its log-probs).
 """
-import contextlib
 import importlib.util
 import inspect
 import json
@@ -22,7 +21,6 @@ import os
 import random
 import re
 import tempfile
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -30,10 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from tqdm import tqdm
-
 import prompts
-from agent import after_thinking, extract_boxed, json_or_text
+from agent import after_thinking, extract_boxed, json_or_text, ticking_bar
 from envs import GAME_SKILLS, TOOL_SKILLS, Environment, skill_slug
 from gate import validate_env
 from backend import chat
@@ -81,23 +77,21 @@ class EnvMemory:
     """FIFO of the last `capacity` environments with their win rate and regret, saved as a JSON list."""
 
     def __init__(self, path=None, capacity: int = 200):
+        """The records of `path` where it exists; a corrupt file is moved aside (never overwritten) and
+        the memory starts empty."""
         self.path, self.capacity, self.records = (Path(path) if path else None), capacity, []
         if self.path is not None and self.path.exists():
-            self.records = self._load(self.path)[-capacity:]
-
-    def _load(self, path: Path) -> list[dict]:
-        """The records of `path`; a corrupt file is moved aside (never overwritten) and [] returned."""
-        try:
-            return self.checked(read_json(path.read_bytes()))
-        except (ValueError, OSError) as e:   # not JSON, not UTF-8, nested too deep; a directory
-            base = f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
-            aside, copies = path.with_name(base), 1
-            while aside.exists():   # one an earlier start moved aside this second
-                copies += 1
-                aside = path.with_name(f"{base}~{copies}")
-            os.replace(path, aside)
-            print(f"memory: {path} is corrupt ({printable(str(e)[:200])}); moved it to {aside}, starting empty")
-            return []
+            try:
+                self.records = self.checked(read_json(self.path.read_bytes()))[-capacity:]
+            except (ValueError, OSError) as e:   # not JSON, not UTF-8, nested too deep; a directory
+                base = f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+                aside, copies = self.path.with_name(base), 1
+                while aside.exists():   # one an earlier start moved aside this second
+                    copies += 1
+                    aside = self.path.with_name(f"{base}~{copies}")
+                os.replace(self.path, aside)
+                print(f"memory: {self.path} is corrupt ({printable(str(e)[:200])}); moved it to {aside}, "
+                      "starting empty")
 
     @staticmethod
     def checked(records) -> list[dict]:
@@ -252,7 +246,6 @@ class _Attempt:
     attempt: int
     completion: object = None     # engine.Completion
     response_text: str = ""
-    validation: object = None     # gate.Validation
 
 
 def _prepare(slot, skill, attempt, setting, corpus, memory, seed, rollout_id, max_turns, tokenizer) -> _Attempt:
@@ -277,7 +270,7 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
     environments, redrawn every second (on a terminal only).
     """
     assert set(slots.values()) <= set(setting.skills), f"unknown skills: {set(slots.values()) - set(setting.skills)}"
-    accepted: dict[int, _Attempt] = {}
+    accepted: dict[int, tuple[_Attempt, str]] = {}   # slot -> its attempt and the code the gate admitted
     failures = []
     with ticking_bar(len(slots), progress, unit="env") as bar:
         for attempt in range(1, max_attempts + 1):
@@ -289,37 +282,17 @@ def design(engine, tokenizer, slots: dict[int, str], *, setting: Setting, corpus
             validations = _validated(engine, tokenizer, batch, params, max_turns,
                                      audit_params if setting.audit else None)
             for a, v in zip(batch, validations):
-                a.validation = v
                 if v.ok:
-                    accepted[a.slot] = a
+                    accepted[a.slot] = a, v.code
                     bar.update()
                     continue
                 failures.append({"slot": a.slot, "skill": a.skill, "attempt": attempt, "stage": v.stage,
                                  "error": " ".join((v.error or "").split())[:300],
                                  "finish_reason": a.completion.finish_reason, "response": a.response_text[:2000]})
-    samples = [_designer_sample(accepted[slot], rollout_id) for slot in sorted(accepted)]
+    samples = [_designer_sample(*accepted[slot], rollout_id) for slot in sorted(accepted)]
     envs = [Environment(s.env_id, s.skill, s.code) for s in samples]
     return envs, samples, {"num_slots": len(slots), "num_valid": len(envs), "num_attempts": len(failures) + len(envs),
                            "num_failed_by_stage": dict(Counter(f["stage"] for f in failures)), "failures": failures}
-
-
-@contextlib.contextmanager
-def ticking_bar(total, label, unit):
-    """A tqdm bar (on a terminal, where `label` is given) redrawn every second, so that one long generate
-    call shows the time it has taken so far."""
-    bar = tqdm(total=total, desc=label, unit=unit, leave=False, disable=None if label else True)
-    stop = threading.Event()
-
-    def tick():
-        while not stop.wait(1.0):
-            bar.refresh()
-    if not bar.disable:
-        threading.Thread(target=tick, daemon=True).start()
-    try:
-        yield bar
-    finally:
-        stop.set()
-        bar.close()
 
 
 def _generate(engine, tokenizer, prompt_tokens, params):
@@ -348,17 +321,16 @@ def rejection_line(failure: dict, max_attempts: int) -> str:
 
 
 def audited(engine, tokenizer, validations, params):
-    """The validations with the solvability audit's rejections of the passed ones (METHOD 3.1 step 4):
-    the policy reads each code and gives a verdict in one batched, untrained generate call."""
+    """The list `validations`, where the solvability audit rejects a passed one, replaced by its rejection
+    (METHOD 3.1 step 4): the policy reads each code and gives a verdict in one batched, untrained generate call."""
     passed = [i for i, v in enumerate(validations) if v.ok]
     chats = [[{"role": "user", "content": prompts.AUDIT_TOOL_USER.format(code=validations[i].code)}] for i in passed]
     prompts_ = [encode_chat(tokenizer, messages)[1] for messages in chats]
-    validations = list(validations)
     for i, reply in zip(passed, _generate(engine, tokenizer, prompts_, params)[1]):
         if not accepts(reply):
             tail = " ".join(reply.split())[-240:]
             validations[i] = replace(validations[i], ok=False, stage="audit",
-                                                 error=f"the solvability audit says no: ...{tail}")
+                                     error=f"the solvability audit says no: ...{tail}")
     return validations
 
 
@@ -374,7 +346,7 @@ def accepts(reply: str) -> bool:
     return verdict is None or verdict.strip().lower() in ("yes", "y", "true")
 
 
-def _designer_sample(a: _Attempt, rollout_id: int) -> DesignerSample:
+def _designer_sample(a: _Attempt, code: str, rollout_id: int) -> DesignerSample:
     """Exactly what the model saw and wrote: only the response tokens are trained (mask 1)."""
     response, logprobs = list(a.completion.token_ids), list(a.completion.logprobs)
     assert len(response) == len(logprobs), "one log-prob per generated token"
@@ -383,7 +355,7 @@ def _designer_sample(a: _Attempt, rollout_id: int) -> DesignerSample:
                           logprobs=[0.0] * len(a.prompt_tokens) + logprobs,
                           env_id=f"game_{rollout_id:05d}_{a.slot:03d}_{skill_slug(a.skill)}",   # official file naming
                           skill=a.skill, response_text=a.response_text, prompt_text=a.prompt_text,
-                          corpus_doc_id=a.corpus_doc_id, attempt=a.attempt, code=a.validation.code)
+                          corpus_doc_id=a.corpus_doc_id, attempt=a.attempt, code=code)
 
 
 # --- Hints (METHOD 5, mode "self") ---------------------------------------------------------------
@@ -477,9 +449,6 @@ class Corpus:
     docs: list[str]
     doc_ids: list[str]
     num_skipped: int = 0                  # lines of the file that were blank, not JSON or had no text
-
-    def __post_init__(self):
-        assert self.docs and len(self.docs) == len(self.doc_ids), "a corpus needs documents and ids"
 
     def sample(self, rng: random.Random) -> tuple[str, str]:
         """(doc_id, text) drawn uniformly with `rng` (the attempt's): with replacement across calls."""

@@ -12,7 +12,6 @@ decided here, from replies that sandbox/ has already type-checked, so code that 
 can only pass by answering like a working environment, which it then has to do in its plays as well.
 Where the gate is stricter than the official one: METHOD.md 14.
 """
-import contextlib
 import time
 from dataclasses import dataclass
 
@@ -54,12 +53,12 @@ def validate_env(code, *, max_turns=PLAY_MAX_TURNS, timeout_s=120.0, call_timeou
         return Validation(False, "syntax", f"{type(e).__name__}: the code cannot be parsed", "", code)
     deadline = time.monotonic() + timeout_s
     try:
-        with contextlib.ExitStack() as boxes:
-            # Two processes start side by side, each in a slot of its own, as a game's plays do: what the kernel
-            # numbers per process (its /tmp's device, its mounts) differs between them as it does between plays.
-            # The second loads the code only once the first is gone: no live process can hand it a value.
-            start_s = max(0.1, min(call_timeout_s, timeout_s))
-            first, second = [boxes.enter_context(EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb)) for _ in range(2)]
+        # Two processes start side by side, each in a slot of its own, as a game's plays do: what the kernel
+        # numbers per process (its /tmp's device, its mounts) differs between them as it does between plays.
+        # The second loads the code only once the first is gone: no live process can hand it a value.
+        start_s = max(0.1, min(call_timeout_s, timeout_s))
+        with EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb) as first, \
+                EnvSandbox(None, timeout_s=start_s, memory_mb=memory_mb) as second:
             turns = iter([first, second])
             def sandbox():
                 box = next(turns)

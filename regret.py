@@ -255,41 +255,39 @@ class LearningPotentialTracker:
         return abs(self.fast[skill] - self.slow[skill]) / (2 * (self.fast_weight - self.slow_weight))
 
 
-# Designer-reward variants (METHOD 6.3). One signature: a delayed batch of outcomes in, one raw x per
-# outcome out. The batch, not one env, because learning_potential updates its tracker once per skill
-# from the whole batch before scoring. `tracker` is used only by learning_potential; the plateau band
-# (lo, hi, ramp) only by blend and solve_rate (the 4B later phase used 0.2, 0.4, 0.2).
+# Designer-reward variants (METHOD 6.3). One signature, (outcomes, tracker, **band): a delayed batch of
+# outcomes in, one raw x per outcome out. The batch, not one env, because learning_potential updates its
+# tracker once per skill from the whole batch before scoring. `tracker` is used only by
+# learning_potential; the plateau band (keywords lo, hi, ramp: `plateau`'s, whose defaults apply where
+# one is not given) only by blend and solve_rate (the 4B later phase used 0.2, 0.4, 0.2).
 
-def blend(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
-          lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
+def blend(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, **band) -> list[float]:
     """Paper default: `blend_reward(w, R_hint, R_0)`. No explicit step-timeout penalty (as the paper): a
     game is blacklisted when it hangs and plays no more, so its x is what its plays before that earned;
     near 0 only when it hangs early in its window (few plays, and no regret without both arms,
     EnvOutcome.both_arms). Example: window [[0, 1], [0, 0]], hints [1, 1] -> w = 0.25, R_0 = 0.5 -> 0.6 * 0.4 + 0.4 *
     clip((1 - 0.5) / 0.15) = 0.64; window [[], []], hints [1, 1] -> 0.0."""
     return [blend_reward(o.window_mean, o.hinted_mean, o.regen_step_mean if o.both_arms else o.hinted_mean,
-                         lo=lo, hi=hi, ramp=ramp) for o in outcomes]
+                         **band) for o in outcomes]
 
 
-def solve_rate(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
-               lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
+def solve_rate(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, **band) -> list[float]:
     """Ablation, plateau only: x = plateau(w). Example: window [[0, 1], [0, 0]] -> plateau(0.25) = 0.4."""
-    return [plateau(o.window_mean, lo, hi, ramp) for o in outcomes]
+    return [plateau(o.window_mean, **band) for o in outcomes]
 
 
 STEP_TIMEOUT_REWARD = -0.5  # regret_based only; kept (not masked) so hanging games are pushed down
 
 
-def regret_based(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
-                 lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
+def regret_based(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, **band) -> list[float]:
     """x = max(0, R_hint - w): note w, the mean over the whole window, not R_0; -0.5 on a step
     timeout. Example: window [[0, 1], [0, 0]], hints [1, 1] -> 1 - 0.25 = 0.75."""
     return [STEP_TIMEOUT_REWARD if o.step_timeout else max(0.0, o.hinted_mean - o.window_mean)
             for o in outcomes]
 
 
-def learning_potential(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
-                       lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
+def learning_potential(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None,
+                       **band) -> list[float]:
     """Ablation: update each skill's tracker once with the mean of all plays of that skill's envs in
     the batch (a skill with no plays is not updated), then x = |w - mu_slow(skill)|, mu_slow 0 for a
     skill never updated, and x = 0 for an environment with no plays in its window (all of them failed:
@@ -327,10 +325,9 @@ def keep_designer_sample(variant: str, x: float) -> bool:
     return x >= 0 or getattr(DESIGNER_REWARDS[variant], "keeps_negative", False)
 
 
-def score_designer_batch(variant: str, outcomes: list[EnvOutcome], *, num_agent: int,
-                         regen_interval: int, tracker: LearningPotentialTracker | None = None,
-                         lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25,
-                         cap: float = 50.0) -> tuple[list[float], list[float | None]]:
+def score_designer_batch(variant: str, outcomes: list[EnvOutcome], *, num_agent: int, regen_interval: int,
+                         tracker: LearningPotentialTracker | None = None, lo: float = 0.4, hi: float = 0.6,
+                         ramp: float = 0.25) -> tuple[list[float], list[float | None]]:
     """METHOD 6.2 steps 3-4 in one call: raw x per outcome from DESIGNER_REWARDS[variant], samples with
     x < 0 dropped (`keep_designer_sample`), per-skill centring of the kept ones, times S counted over
     the kept ones. Returns (raw x for logging, advantage per outcome with None = drop the sample).
@@ -340,6 +337,6 @@ def score_designer_batch(variant: str, outcomes: list[EnvOutcome], *, num_agent:
         raise ValueError(f"unknown designer reward {variant!r}; choose from {sorted(DESIGNER_REWARDS)}")
     raw = DESIGNER_REWARDS[variant](outcomes, tracker, lo=lo, hi=hi, ramp=ramp)
     kept = [i for i, x in enumerate(raw) if keep_designer_sample(variant, x)]
-    scale = role_scale(num_agent, len(kept), regen_interval, cap)
+    scale = role_scale(num_agent, len(kept), regen_interval)
     centred = dict(zip(kept, designer_advantages([raw[i] for i in kept], [outcomes[i].skill for i in kept], scale)))
     return raw, [centred.get(i) for i in range(len(outcomes))]   # None: the sample is dropped
