@@ -255,39 +255,41 @@ class LearningPotentialTracker:
         return abs(self.fast[skill] - self.slow[skill]) / (2 * (self.fast_weight - self.slow_weight))
 
 
-# Designer-reward variants (METHOD 6.3). One signature, (outcomes, tracker, **band): a delayed batch of
-# outcomes in, one raw x per outcome out. The batch, not one env, because learning_potential updates its
-# tracker once per skill from the whole batch before scoring. `tracker` is used only by
-# learning_potential; the plateau band (keywords lo, hi, ramp: `plateau`'s, whose defaults apply where
-# one is not given) only by blend and solve_rate (the 4B later phase used 0.2, 0.4, 0.2).
+# Designer-reward variants (METHOD 6.3). One signature: a delayed batch of outcomes in, one raw x per
+# outcome out. The batch, not one env, because learning_potential updates its tracker once per skill
+# from the whole batch before scoring. `tracker` is used only by learning_potential; the plateau band
+# (lo, hi, ramp) only by blend and solve_rate (the 4B later phase used 0.2, 0.4, 0.2).
 
-def blend(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, **band) -> list[float]:
+def blend(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
+          lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
     """Paper default: `blend_reward(w, R_hint, R_0)`. No explicit step-timeout penalty (as the paper): a
     game is blacklisted when it hangs and plays no more, so its x is what its plays before that earned;
     near 0 only when it hangs early in its window (few plays, and no regret without both arms,
     EnvOutcome.both_arms). Example: window [[0, 1], [0, 0]], hints [1, 1] -> w = 0.25, R_0 = 0.5 -> 0.6 * 0.4 + 0.4 *
     clip((1 - 0.5) / 0.15) = 0.64; window [[], []], hints [1, 1] -> 0.0."""
     return [blend_reward(o.window_mean, o.hinted_mean, o.regen_step_mean if o.both_arms else o.hinted_mean,
-                         **band) for o in outcomes]
+                         lo=lo, hi=hi, ramp=ramp) for o in outcomes]
 
 
-def solve_rate(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, **band) -> list[float]:
+def solve_rate(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
+               lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
     """Ablation, plateau only: x = plateau(w). Example: window [[0, 1], [0, 0]] -> plateau(0.25) = 0.4."""
-    return [plateau(o.window_mean, **band) for o in outcomes]
+    return [plateau(o.window_mean, lo, hi, ramp) for o in outcomes]
 
 
 STEP_TIMEOUT_REWARD = -0.5  # regret_based only; kept (not masked) so hanging games are pushed down
 
 
-def regret_based(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, **band) -> list[float]:
+def regret_based(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
+                 lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
     """x = max(0, R_hint - w): note w, the mean over the whole window, not R_0; -0.5 on a step
     timeout. Example: window [[0, 1], [0, 0]], hints [1, 1] -> 1 - 0.25 = 0.75."""
     return [STEP_TIMEOUT_REWARD if o.step_timeout else max(0.0, o.hinted_mean - o.window_mean)
             for o in outcomes]
 
 
-def learning_potential(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None,
-                       **band) -> list[float]:
+def learning_potential(outcomes: list[EnvOutcome], tracker: LearningPotentialTracker | None = None, *,
+                       lo: float = 0.4, hi: float = 0.6, ramp: float = 0.25) -> list[float]:
     """Ablation: update each skill's tracker once with the mean of all plays of that skill's envs in
     the batch (a skill with no plays is not updated), then x = |w - mu_slow(skill)|, mu_slow 0 for a
     skill never updated, and x = 0 for an environment with no plays in its window (all of them failed:
