@@ -28,7 +28,8 @@ What each child gets (protected against):
   oom_score_adj is 1000, so the machine's OOM killer takes sandboxes before the trainer. It sees no
   cgroup file, with a memory cgroup or without (/sys/fs/cgroup is empty for it): a slot's peak and
   fault counters, which outlive a child, and the usage of the sandboxes beside it carry nothing from
-  one to another.
+  one to another. A slot whose last child left more than page cache charged (SysV objects, which the
+  kernel frees some time after the child) gets a new cgroup, so the next child has its whole limit.
 - processes: RLIMIT_NPROC 0 (no fork, subprocess, os.system or threads, for any child that is not
   real root) and seccomp's refusal of clone3 and of user-namespace clones; a PID namespace of its own,
   so it sees and can signal no other process: not the trainer, the fork server or another sandbox.

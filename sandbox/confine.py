@@ -220,6 +220,15 @@ def remove_cgroup(directory):
         os.rmdir(directory)
 
 
+def charged(directory):
+    """The bytes charged to a memory cgroup (v1 memory.usage_in_bytes, v2 memory.current); 0 if unreadable."""
+    for name in ("memory.usage_in_bytes", "memory.current"):
+        text = _read(os.path.join(directory, name)).strip()
+        if text.isdigit():
+            return int(text)
+    return 0
+
+
 def oom_kills(directory):
     """How many processes the memory cgroup has killed (v1 memory.oom_control, v2 memory.events)."""
     for name in ("memory.oom_control", "memory.events"):

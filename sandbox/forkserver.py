@@ -28,6 +28,7 @@ from sandbox.contract import (ContractError, ToolUseBaseEnv, construct, criteria
 MAX_REPLY_BYTES = 1 << 20          # observation + info, per reply
 CHILD_FD = 3                       # a child's socket to the trainer
 MAX_REQUEST_BYTES = 16 << 20      # code or an action, to the child (which trusts the trainer)
+LEFT_CHARGE_BYTES = 16 << 20      # what a slot's memory cgroup may still hold when reused (see "reap")
 
 # Imported by the fork server before any child exists, so that a child does not pay for them: METHOD
 # 1.1's namespace and what its names need, every codec (`codecs.encode(s, "rot13")` looks its module up
@@ -220,6 +221,12 @@ def serve(control):
             spec = children.pop(request["pid"])
             status = _reap(request["pid"], spec)
             reply = {"status": status, "oom": bool(spec["cgroup"]) and confine.oom_kills(spec["cgroup"]) > spec["oom_kills"]}
+            # A dead child's SysV IPC namespace is freed by the kernel later, its memory charged to the slot until
+            # then: a slot left holding more than page cache is not reused (rmdir hands its charges on), lest the
+            # next child start with less than its limit. That child makes the slot's cgroup anew.
+            if spec["cgroup"] and confine.charged(spec["cgroup"]) > LEFT_CHARGE_BYTES:
+                with suppress(OSError):
+                    os.rmdir(spec["cgroup"])
         else:
             reply = {"error": f"no such request: {request}"}
         control.send(json.dumps({"id": request["id"], **reply}).encode())

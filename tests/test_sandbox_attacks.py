@@ -27,7 +27,7 @@ import pytest
 
 import sandbox
 from gate import validate_env
-from sandbox import EnvSandbox, SandboxError, confine
+from sandbox import EnvSandbox, SandboxError, confine, forkserver
 from test_sandbox import (JAILED, TIMEOUT, _processes as processes, attack, env_code, fork_server_pid, need_jail,
                           zygote_children)
 from test_sandbox import jail  # noqa: F401  (the fixture JAILED uses, found by pytest in this module)
@@ -295,6 +295,9 @@ def test_memory_outside_the_address_space_limit(hoard):
         got = box.step("hoard")
         pytest.fail(f"the environment was not stopped: {got[0]}")
     assert caught.value.kind == "memory", caught.value
+    slot = os.path.join(sandbox._Zygote.get().cgroup or "", str(box._slot))
+    # what the kernel frees later (a SysV IPC namespace) does not stay charged to the slot the next child gets
+    assert not sandbox._Zygote.get().cgroup or confine.charged(slot) <= forkserver.LEFT_CHARGE_BYTES
     gone(box)
     assert settles(lambda: meminfo("Shmem") < shmem + 32 * 2**20), \
         f"Shmem grew by {(meminfo('Shmem') - shmem) >> 20} MiB and stayed"
