@@ -28,7 +28,7 @@ from sandbox.contract import (ContractError, ToolUseBaseEnv, construct, criteria
 MAX_REPLY_BYTES = 1 << 20          # observation + info, per reply
 CHILD_FD = 3                       # a child's socket to the trainer
 MAX_REQUEST_BYTES = 16 << 20      # code or an action, to the child (which trusts the trainer)
-LEFT_CHARGE_BYTES = 16 << 20      # what a slot's memory cgroup may still hold when reused (see "reap")
+LEFT_CHARGE_BYTES = 16 << 20      # what a slot's memory cgroup may still hold when reused (`_reaped`)
 
 # Imported by the fork server before any child exists, so that a child does not pay for them: METHOD
 # 1.1's namespace and what its names need, every codec (`codecs.encode(s, "rot13")` looks its module up
@@ -218,18 +218,23 @@ def serve(control):
                 reply = {"error": f"the fork server could not start a child: {e}"}
             os.close(fds[0])
         elif request["op"] == "reap" and request["pid"] in children:
-            spec = children.pop(request["pid"])
-            status = _reap(request["pid"], spec)
-            reply = {"status": status, "oom": bool(spec["cgroup"]) and confine.oom_kills(spec["cgroup"]) > spec["oom_kills"]}
-            # A dead child's SysV IPC namespace is freed by the kernel later, its memory charged to the slot until
-            # then: a slot left holding more than page cache is not reused (rmdir hands its charges on), lest the
-            # next child start with less than its limit. That child makes the slot's cgroup anew.
-            if spec["cgroup"] and confine.charged(spec["cgroup"]) > LEFT_CHARGE_BYTES:
-                with suppress(OSError):
-                    os.rmdir(spec["cgroup"])
+            reply = _reaped(request["pid"], children.pop(request["pid"]))
         else:
             reply = {"error": f"no such request: {request}"}
         control.send(json.dumps({"id": request["id"], **reply}).encode())
+
+
+def _reaped(pid, spec):
+    """Reap a child for the trainer: its wait status and whether its memory cgroup killed it."""
+    status = _reap(pid, spec)
+    oom = bool(spec["cgroup"]) and confine.oom_kills(spec["cgroup"]) > spec["oom_kills"]
+    # A dead child's SysV IPC namespace is freed by the kernel later, its memory charged to the slot until
+    # then: a slot left holding more than page cache is not reused (rmdir hands its charges on), lest the
+    # next child start with less than its limit. That child makes the slot's cgroup anew.
+    if spec["cgroup"] and confine.charged(spec["cgroup"]) > LEFT_CHARGE_BYTES:
+        with suppress(OSError):
+            os.rmdir(spec["cgroup"])
+    return {"status": status, "oom": oom}
 
 
 def _spec(layers, config, request):
