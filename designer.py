@@ -42,7 +42,7 @@ SNIPPET_CHARS = 2000                  # METHOD 8: memory keeps the first 2000 ch
 class Setting:
     """One setting of the paper (games, tool use) as one record; spade.SETTINGS holds them by name."""
     skills: dict[str, str]           # skill -> the one-line description the prompts render (METHOD 2.2)
-    designer_messages: Callable      # (skill, document, memory block, rng, *, max_turns, difficulty) -> chat
+    designer_messages: Callable      # (skill, document, memory block, rng, *, max_turns) -> chat (difficulty: medium)
     hint_system: str                 # the hint writer's system message (METHOD 5)
     audit: bool = False              # the policy's solvability audit of what passes the gate (METHOD 3.1 step 4)
     compact_filter: bool = False     # truncated plays are not trained (METHOD 4.3)

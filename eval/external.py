@@ -150,7 +150,8 @@ def evaluate_tau2(engine, tokenizer, options) -> dict:
         tasks = {"task_set_name": domain, "task_split_name": "base", "num_tasks": options.limit or None}
         run = {"domain": domain, "agent": "llm_agent", "user": "user_simulator", "num_trials": trials,
                "max_steps": TAU2_MAX_STEPS, "save_to": str(save_to),
-               "llm_agent": f"openai/{ep['agent_model']}", "llm_args_agent": TAU2_AGENT_ARGS | {"api_base": ep["agent"]},
+               "llm_agent": f"openai/{ep['agent_model']}",
+               "llm_args_agent": TAU2_AGENT_ARGS | {"api_base": ep["agent"]},
                "llm_user": f"openai/{ep['user_model']}", "llm_args_user": TAU2_USER_ARGS | {"api_base": ep["user"]}}
         run_harness(tau2_python() + [str(TAU2_DRIVER), json.dumps({"tasks": tasks, "run": run})], cwd=None,
                     env={"TAU2_DATA_DIR": str(data), "PYTHONSAFEPATH": "1"},  # eval/'s modules stay out of sys.path

@@ -361,8 +361,8 @@ def get_tasks(task_set_name, task_split_name=None, task_ids=None, num_tasks=None
 def run_tasks(domain, tasks, agent, user, llm_agent=None, llm_args_agent=None, llm_user=None, llm_args_user=None,
               num_trials=1, max_steps=100, max_errors=10, save_to=None, console_display=True, evaluation_type="all",
               max_concurrency=1, seed=300, log_level="INFO"):
-    call = dict(locals(), evaluation_type=evaluation_type.value, data_dir=os.environ["TAU2_DATA_DIR"], sys_path=sys.path,
-                judge=[nl.DEFAULT_LLM_NL_ASSERTIONS, nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS])
+    call = dict(locals(), evaluation_type=evaluation_type.value, data_dir=os.environ["TAU2_DATA_DIR"],
+                sys_path=sys.path, judge=[nl.DEFAULT_LLM_NL_ASSERTIONS, nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS])
     with open(Path(__file__).parents[1] / "calls.jsonl", "a") as f:
         f.write(json.dumps(call) + "\\n")
     sims = [{"task_id": t["id"], "trial": k, "reward_info": {"reward": float(not k and t is tasks[0])}}
@@ -418,7 +418,8 @@ def test_tau2_runs_tasks_with_the_nl_assertion_evaluation_and_the_officials_judg
         assert call["evaluation_type"] == "all_with_nl_assertions" and call["max_concurrency"] == 3
         assert call["judge"] == ["openrouter/openai/gpt-4o-mini", {"temperature": 0.0}]
         assert call["tasks"] == [{"id": f"{call['domain']}/base/{i}"} for i in range(5)]
-        assert (call["agent"], call["user"], call["num_trials"], call["max_steps"]) == ("llm_agent", "user_simulator", 4, 200)
+        assert (call["agent"], call["user"], call["num_trials"], call["max_steps"]) == \
+            ("llm_agent", "user_simulator", 4, 200)
         assert (call["llm_agent"], call["llm_user"]) == ("openai/policy", "openai/gpt-4.1")
         assert call["llm_args_agent"] == {"temperature": 0.0, "top_p": 0.8, "top_k": 20, "max_tokens": 16384,
                                           "api_base": "http://a/v1"}
@@ -427,7 +428,8 @@ def test_tau2_runs_tasks_with_the_nl_assertion_evaluation_and_the_officials_judg
         assert call["save_to"].startswith(str(data / "simulations" / f"spade_{call['domain']}_"))
     assert result["metrics"]["pass_at_1"] == {domain: 1 / 20 for domain in external.TAU2_DOMAINS}
     monkeypatch.setenv("TAU2_NL_ASSERTIONS_LLM", "openai/another-judge")
-    result = external.evaluate_tau2(None, None, Options(samples=2, limit=2, paths={"tau2": str(data)}, endpoints=endpoints))
+    options = Options(samples=2, limit=2, paths={"tau2": str(data)}, endpoints=endpoints)
+    result = external.evaluate_tau2(None, None, options)
     call = json.loads(calls_file.read_text().splitlines()[-1])
     assert call["judge"] == ["openai/another-judge", {"temperature": 0.0}] and len(call["tasks"]) == 2
     assert result["metrics"]["pass_at_1"]["telecom"] == 1 / 4
