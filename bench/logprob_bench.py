@@ -9,7 +9,8 @@ Rows per shape (T tokens, H hidden, V vocabulary), all bf16 inputs with fp32 sof
   chunked      chunked_linear_logprob (below): 2048-token chunks, logits recomputed in backward
   liger        LigerFusedLinearCrossEntropyLoss(reduction="none"), if liger_kernel imports
   three GEMMs  h @ W.T, g @ W and g.T @ h in bf16 with preallocated outputs: the practical floor
-  ours         fused.fused_linear_logprob (default 128 x 128 tiles; and a 128 x 256 variant)
+  ours         fused.fused_linear_logprob (four GEMMs: a sweep of 512-token chunks for the log-probs, and
+               one more for the gradients in backward)
   sweep        fused.linear_token_loss, the GRPO-loss variant (three GEMMs: loss and gradients in one
                sweep of 512-token chunks; and 256-token chunks), with token_loss = sum(upstream * logprob),
                whose gradients are exactly those of the other rows
@@ -60,10 +61,6 @@ def chunked_linear_logprob(hidden: torch.Tensor, weight: torch.Tensor, targets: 
 
 def chunked(hidden, weight, targets):
     return chunked_linear_logprob(hidden, weight, targets, chunk_tokens=2048)
-
-
-def wide_tiles(hidden, weight, targets):
-    return fused.fused_linear_logprob(hidden, weight, targets, tiles=fused.Tiles(block_v=256))
 
 
 def sweep_step(hidden, weight, targets, upstream, knobs=fused.Sweep()):
@@ -185,8 +182,6 @@ def bench_shape(T, H, V, iters, device, liger, want_sanity):
         "liger": (step_of(liger) if liger else "liger_kernel not installed") if cuda else "needs CUDA",
         "three GEMMs": lambda: three_gemm_step(hidden, weight),
         "ours": step_of(fused.fused_linear_logprob) if triton_runs else "needs CUDA (Triton)",
-        # The first tuning experiment of bench/NOTES.md, measured in the same run: wider tiles.
-        "ours 128x256": step_of(wide_tiles) if triton_runs else "needs CUDA (Triton)",
         "sweep": (lambda: sweep_step(hidden, weight, targets, upstream)) if triton_runs else "needs CUDA (Triton)",
         "sweep C=256": (lambda: sweep_step(hidden, weight, targets, upstream, fused.Sweep(chunk_tokens=256)))
                        if triton_runs else "needs CUDA (Triton)",

@@ -1,7 +1,8 @@
-"""Equivalence tests for fused.py: its Triton log-prob and GRPO-loss kernels against float64 references.
+"""Equivalence tests for fused.py: its Triton log-prob and GRPO-loss sweeps against float64 references.
 
-Without a GPU the Triton kernels run in Triton's CPU interpreter (slow: shapes stay tiny and the tiles
-shrink to 16-64 so that odd sizes exercise every mask); with one, the same tests run compiled on CUDA.
+Without a GPU the Triton kernels run in Triton's CPU interpreter (slow: shapes stay tiny, the chunks 8
+tokens and the row steps 64 wide, so that odd sizes exercise every mask); with one, the same tests run
+compiled on CUDA.
 The interpreter must be chosen before triton is first imported (tl.zeros, tl.max... are themselves
 jitted), and other modules import triton: when an earlier test module already did that, the Triton
 tests here are rerun in a fresh process instead (test_triton_tests_in_a_fresh_process).
@@ -26,13 +27,14 @@ import triton.language as tl  # noqa: E402
 from compute import fused  # noqa: E402
 
 if DEVICE == "cpu" and TRITON_HERE:
-    assert all("Interpreted" in type(fn).__name__ for fn in (tl.zeros, fused._forward_kernel)), \
+    assert all("Interpreted" in type(fn).__name__ for fn in (tl.zeros, fused._row_lse_kernel)), \
         "Triton kernels were compiled despite TRITON_INTERPRET=1"
 runs_triton = pytest.mark.skipif(not TRITON_HERE, reason="triton was imported compiled before this module; "
                                  "test_triton_tests_in_a_fresh_process runs these")
 
-# T = 37 and V = 203 are multiples of no tile; 2 vocabulary splits in forward, 2 vocabulary chunks in backward.
-SMALL = fused.Tiles(block_t=16, block_v=64, block_k=32, num_warps=4, num_stages=2, num_splits=2)
+# 8-token chunks (T = 37: five, the last one short), 64-wide row steps (V = 203: the last one short), and the
+# grad_hidden reduction split in 4 when V allows (204 = 4 x 51; 203 falls back to one GEMM).
+SWEEP = fused.Sweep(chunk_tokens=8, block_v=64, num_warps=4, split_k=4)
 
 
 def relative_error(actual, expected):
@@ -63,10 +65,10 @@ def exact_gradients(hidden, weight, targets, upstream, temperature, round_dlogit
     return dlogits @ weight, dlogits.T @ hidden
 
 
-def run_fused(hidden, weight, targets, upstream, temperature, tiles=SMALL):
+def run_fused(hidden, weight, targets, upstream, temperature, knobs=SWEEP):
     hidden = hidden.to(DEVICE, copy=True).requires_grad_()   # a copy: leave the caller's tensors alone
     weight = weight.to(DEVICE, copy=True).requires_grad_()
-    logprobs = fused.fused_linear_logprob(hidden, weight, targets.to(DEVICE), temperature, tiles=tiles)
+    logprobs = fused.fused_linear_logprob(hidden, weight, targets.to(DEVICE), temperature, sweep=knobs)
     logprobs.backward(upstream.to(DEVICE))
     return logprobs.cpu(), hidden.grad.cpu(), weight.grad.cpu()
 
@@ -84,7 +86,7 @@ def test_analytic_gradient_is_autograd_of_the_reference():
 def test_worked_example_from_the_docstring():
     hidden, weight = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 0.0], [1.0, 0.0]])
     logprob = fused.fused_linear_logprob(hidden.to(DEVICE), weight.to(DEVICE), torch.tensor([1]).to(DEVICE),
-                                           tiles=SMALL)
+                                         sweep=SWEEP)
     assert abs(logprob.item() - (1 - math.log(1 + math.e))) < 1e-6
 
 
@@ -92,11 +94,10 @@ def test_worked_example_from_the_docstring():
 def test_bf16_odd_sizes_match_float64_reference():
     temperature = 0.7
     hidden, weight, targets, upstream = make_case(37, 203, 32, torch.bfloat16, seed=1)
-    tiles = dataclasses.replace(SMALL, chunk_bytes=37 * 2 * 128)   # two vocabulary chunks
-    logprobs, grad_hidden, grad_weight = run_fused(hidden, weight, targets, upstream, temperature, tiles)
+    logprobs, grad_hidden, grad_weight = run_fused(hidden, weight, targets, upstream, temperature)
     reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, temperature)
     assert relative_error(logprobs, reference) <= 1e-5      # fp32 sums of exact bf16 products
-    # Gradients: a bf16 backward rounds twice (the dlogits tile fed to the tensor cores, and the bf16
+    # Gradients: a bf16 backward rounds twice (the dlogits fed to the tensor cores, and the bf16
     # result), costing ~2.2e-3 norm-wise whatever the implementation (torch's own bf16 autograd of
     # h @ W.T -> log_softmax shows ~3.5e-3 here). So: <= 1e-3 against the float64 gradient with exactly
     # those two roundings applied, and within that rounding of the exact float64 gradient.
@@ -119,6 +120,16 @@ def test_fp32_hidden_size_not_a_multiple_of_the_tile():
     assert relative_error(logprobs, reference) <= tolerance
     assert relative_error(grad_hidden, exact_hidden) <= tolerance
     assert relative_error(grad_weight, exact_weight) <= tolerance
+    _, frozen = run_frozen_weight(hidden, weight, targets, upstream, temperature)
+    assert torch.equal(frozen, grad_hidden)   # the sweep skips the output layer's gradient, not hidden's
+
+
+def run_frozen_weight(hidden, weight, targets, upstream, temperature):
+    """fused_linear_logprob with only hidden trainable: (log-probs, grad_hidden)."""
+    hidden = hidden.to(DEVICE, copy=True).requires_grad_()
+    logprobs = fused.fused_linear_logprob(hidden, weight.to(DEVICE), targets.to(DEVICE), temperature, sweep=SWEEP)
+    logprobs.backward(upstream.to(DEVICE))
+    return logprobs.detach().cpu(), hidden.grad.cpu()
 
 
 @runs_triton
@@ -132,11 +143,6 @@ def test_ignored_targets_give_zero_and_no_gradient():
     # grad_weight without the ignored tokens == grad_weight of the kept tokens alone.
     _, kept_weight = exact_gradients(hidden[kept], weight, targets[kept], upstream[kept], 1.0)
     assert relative_error(grad_weight, kept_weight) <= (1e-5 if DEVICE == "cpu" else 5e-3)
-
-
-# linear_token_loss: 8-token chunks (T = 37: five, the last one short), 64-wide row steps, and the
-# grad_hidden reduction split in 4 when V allows (204 = 4 x 51; 203 falls back to one GEMM).
-SWEEP = fused.Sweep(chunk_tokens=8, block_v=64, num_warps=4, split_k=4)
 
 
 def run_sweep(hidden, weight, targets, upstream, temperature, knobs=SWEEP, scale=1.0, train_weight=True):
@@ -208,15 +214,6 @@ def test_chunked_torch_equals_reference():
         assert relative_error(chunked, reference) < 1e-12
 
 
-def test_launch_helpers_by_hand():
-    assert fused.num_vocab_splits(64, 132) == 2        # 8192 tokens / 128: 128 of 132 SMs busy
-    assert fused.num_vocab_splits(256, 132) == 1       # 32768 tokens: 256 programs, 97% of 2 waves
-    assert fused.num_vocab_splits(3, 1) == 1           # the interpreter: one "SM"
-    assert fused.vocab_chunk(8192, 2, fused.Tiles()) == 8192     # 128 MiB of bf16 dlogits
-    assert fused.vocab_chunk(32768, 2, fused.Tiles()) == 2048
-    assert fused.vocab_chunk(10 ** 9, 2, fused.Tiles()) == 128   # never less than one tile
-
-
 def test_logprob_fn_dispatches_by_device():
     from torch._subclasses.fake_tensor import FakeTensorMode
     assert fused.logprob_fn(torch.zeros(2, 3)) is fused.linear_logprob_reference
@@ -234,12 +231,11 @@ def test_triton_tests_in_a_fresh_process():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_default_hopper_tiles_on_gpu():
-    # The production tile sizes, with several token blocks, splits and vocabulary chunks.
+def test_default_sweep_logprob_on_gpu():
+    # fused_linear_logprob with the production Sweep: two token chunks, the last one short.
     temperature = 0.8
     hidden, weight, targets, upstream = make_case(1000, 5003, 256, torch.bfloat16, seed=5, ignored=[10])
-    tiles = fused.Tiles(chunk_bytes=1000 * 2 * 2048)
-    logprobs, grad_hidden, grad_weight = run_fused(hidden, weight, targets, upstream, temperature, tiles)
+    logprobs, grad_hidden, grad_weight = run_fused(hidden, weight, targets, upstream, temperature, fused.Sweep())
     reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, temperature)
     ideal_hidden, ideal_weight = exact_gradients(hidden, weight, targets, upstream, temperature, torch.bfloat16)
     assert relative_error(logprobs, reference) <= 1e-5
@@ -261,20 +257,17 @@ def test_default_sweep_on_gpu():
         assert relative_error(grad_weight, exact_weight) <= 6e-3
 
 
-def test_default_tiles_compile_for_hopper_pipelined_without_spills():
+def test_row_kernels_compile_for_hopper_without_spills():
     """Ahead-of-time compile for sm_90 (no GPU needed; in a fresh process, since this one may hold
-    interpreted kernels): every GEMM kernel is software-pipelined onto wgmma, every kernel fits in
-    shared memory and spills no registers, and the in-place row kernel keeps its barrier. A tile or kernel change that breaks one of these fails here, not on the GPU."""
+    interpreted kernels): both row kernels fit in shared memory and spill no registers, and the in-place
+    one keeps its barrier. A kernel change that breaks one of these fails here, not on the GPU."""
     code = ("import json; from bench.kernel_resources import resources; "
-            "print(json.dumps({n: resources(n) for n in ('forward', 'dlogits', 'grad_hidden', 'row_lse', "
-            "'row_dlogits')}))")
+            "print(json.dumps({n: resources(n) for n in ('row_lse', 'row_dlogits')}))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, env=env,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     for name, r in json.loads(result.stdout.splitlines()[-1]).items():
-        if not name.startswith("row_"):                               # the row kernels stream, no GEMM
-            assert r["wgmma"] > 0 and r["async_copies"] > 0, (name, r)   # tensor cores, pipelined loads
         if name == "row_dlogits":      # writes over its own input: warps must sync before each store
             assert r["barriers"] >= 1, r
         assert r["spill_bytes"] == 0 and r["registers"] <= 255, (name, r)
@@ -289,7 +282,7 @@ def test_logprob_bench_runs_every_row_and_its_sanity_lines():
     from bench import logprob_bench
 
     results, _, sanity = logprob_bench.bench_shape(64, 32, 300, 1, torch.device(DEVICE), None, True)
-    for name in ("naive", "chunked", "three GEMMs", "ours", "ours 128x256", "sweep", "sweep C=256"):
+    for name in ("naive", "chunked", "three GEMMs", "ours", "sweep", "sweep C=256"):
         assert isinstance(results[name], tuple), (name, results[name])
     lines = sanity.splitlines()
     assert [line.split(" vs ")[0] for line in lines] == ["sanity: ours", "sanity: sweep"]
