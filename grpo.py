@@ -215,9 +215,9 @@ def _final_hidden(model, batch: packing.MicroBatch):
 def token_logprobs(model, batch: packing.MicroBatch, temperature=1.0):
     """Log-prob of every sample token under `model`: [B, L] rows, 0 at position 0 and on padding.
 
-    Through fused.py: the fused Triton kernel on CUDA (never the [T, V] logits), its fp32 torch
-    reference elsewhere. The logits are divided by `temperature`, which the update passes as the
-    training temperature (`spade.Unflagged.train_temperature`, 1.0), not the rollout's: the TIS weight
+    Through fused.py: its Triton sweep on CUDA (a chunk of tokens' logits at a time, never the [T, V]
+    logits), its fp32 torch reference elsewhere. The logits are divided by `temperature`, which the
+    update passes as the training temperature (`spade.Unflagged.train_temperature`, 1.0), not the rollout's: the TIS weight
     then compares these log-probs with the engine's at the sampling temperature, as officially (METHOD.md 7.2).
     """
     from compute import fused  # lazily: Triton is only needed on CUDA

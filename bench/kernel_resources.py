@@ -6,8 +6,8 @@ shared memory, vector loads and the in-place kernel's barriers.
 
 Triton compiles for a named target without a driver, and its wheel carries ptxas and cuobjdump. The
 kernels are specialised as the JIT specialises them at the production shapes (every pointer 16-byte
-aligned, V and the strides divisible by 16): without that, Triton cannot prove the loads 16 bytes wide. Not measured here: time (see
-bench/logprob_bench.py on a GPU). Shared memory per SM on an H200 is 227 KiB; registers per thread at
+aligned, V and the strides divisible by 16): without that, Triton cannot prove the loads 16 bytes
+wide. Not measured here: time (see bench/logprob_bench.py on a GPU). Shared memory per SM on an H200 is 227 KiB; registers per thread at
 most 255 (more spill to local memory: the STACK column).
 """
 import re
