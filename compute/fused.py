@@ -1,6 +1,6 @@
 """The fused output-layer kernels (Triton): log-probs and the GRPO loss without the T x V logits.
 
-Plain torch materialises T x V fp32 logits to score each trained token (18.6 GiB at 32k tokens of
+Plain torch materialises T x V fp32 logits to score each trained token (18.5 GiB at 32k tokens of
 Qwen3's 151,936-entry vocabulary); here the tokens go a chunk at a time (`Sweep`), and per chunk: its fp32
 logits (one GEMM, C x V x 4 bytes), a Triton row kernel's log-sum-exp and target logit, the loss's
 per-token gradient, dlogits written in place over the logits by a second row kernel, and both gradients
