@@ -116,49 +116,48 @@ class Curriculum:
                 "rlve/max_top_level": max(self.top.values())}
 
 
-def play(problems, engine, tokenizer, plays, *, params, max_context=32768, max_new_tokens=8192, thinking=False,
-         stats=None):
+def play(problems, engine, tokenizer, plays, pairs=None, *, params, max_context=32768, max_new_tokens=8192,
+         thinking=False, stats=None):
     """Each problem answered `plays` times, one turn each, in one engine call; returns agent.Episodes,
     problem-major, with env_id = the problem's group, the reward from `Problem.score`, and status
-    "truncated" when a reply ran out of tokens (it is scored all the same). RLVE's prompts are short, so
-    the longest one sets the budget of all: min(max_new_tokens, context left - 64)."""
+    "truncated" when a reply ran out of tokens (it is scored all the same). `pairs`: the indices of the
+    (problem, play) pairs played, problem-major (all of them by default). RLVE's prompts are short, so the
+    longest prompt of all `problems` sets the budget of every pair, whichever are played:
+    min(max_new_tokens, context left - 64)."""
     started = time.perf_counter()
     messages, prompts = _prompts(problems, tokenizer, thinking)
     budget = min(max_new_tokens, max_context - max(map(len, prompts)) - CONTEXT_MARGIN)
     assert budget > 0, f"a problem's prompt leaves no room in --max-context {max_context}"
+    pairs = range(len(problems) * plays) if pairs is None else pairs
     tick = time.perf_counter()
-    completions = engine.generate([ids for ids in prompts for _ in range(plays)],
+    completions = engine.generate([prompts[k // plays] for k in pairs],
                                   dataclasses.replace(params, max_new_tokens=budget))
     generate_s = time.perf_counter() - tick
     episodes = []
-    for n, completion in enumerate(completions):
-        problem, prompt = problems[n // plays], prompts[n // plays]
+    for k, completion in zip(pairs, completions):
+        problem, prompt = problems[k // plays], prompts[k // plays]
         ids, stop = list(completion.token_ids), completion.finish_reason == "stop"
         reply = tokenizer.decode(ids[:-1] if stop else ids, skip_special_tokens=False)
         episodes.append(Episode(
             problem.group, SKILL, hinted=False, seed=problem.seed, tokens=prompt + ids,
             loss_mask=[0] * len(prompt) + [1] * len(ids), logprobs=[0.0] * len(prompt) + list(completion.logprobs),
             reward=problem.score(reply), status="terminated" if stop else "truncated", num_turns=1,
-            num_generated_tokens=len(ids), messages=messages[n // plays] + [{"role": "assistant", "content": reply}]))
+            num_generated_tokens=len(ids), messages=messages[k // plays] + [{"role": "assistant", "content": reply}]))
     if stats is not None:
         stats.update(wall_s=time.perf_counter() - started, generate_s=generate_s, env_s=0.0, num_generate_calls=1,
                      num_episodes=len(episodes), num_generated_tokens=sum(e.num_generated_tokens for e in episodes))
     return episodes
 
 
-def play_round(curriculum, names, rng, engine, tokenizer, plays, divide=None, *, max_context=32768,
-               max_new_tokens=8192, thinking=False, **play_kwargs):
+def play_round(curriculum, names, rng, engine, tokenizer, plays, divide=None, **play_kwargs):
     """One step of the baseline: a new problem of each named environment (`Curriculum.problem`), each
-    answered `plays` times (`play`); the curriculum counts the plays. Returns the episodes.
-    `divide(sizes, work)`: where the (problem, play) pairs are played (backend/launch.py, `divide`); here by default.
-    The round's longest prompt sets the budget, whichever pairs a rank plays."""
+    answered `plays` times (`play`, with `play_kwargs`); the curriculum counts the plays. Returns the
+    episodes. `divide(sizes, work)`: where the (problem, play) pairs are played (backend/launch.py,
+    `divide`); here by default. The round's longest prompt sets the budget, whichever pairs a rank plays."""
     problems = [curriculum.problem(name, rng) for name in names]
-    longest = max(map(len, _prompts(problems, tokenizer, thinking)[1]))
-    budget = min(max_new_tokens, max_context - longest - CONTEXT_MARGIN)
 
     def work(mine):
-        return play([problems[k // plays] for k in mine], engine, tokenizer, 1, max_context=max_context,
-                    max_new_tokens=budget, thinking=thinking, **play_kwargs)
+        return play(problems, engine, tokenizer, plays, mine, **play_kwargs)
     pairs = [1.0] * (len(problems) * plays)
     played = divide(pairs, work) if divide else work(range(len(pairs)))
     for i, problem in enumerate(problems):
