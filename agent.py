@@ -230,11 +230,11 @@ def _extend(sequence, token_ids, mask, logprobs=None):
     token_logprobs += logprobs if logprobs is not None else [0.0] * len(token_ids)
 
 
-def _generate(engine, tokenizer, live, params, max_new_tokens, max_context, timings):
+def _generate(engine, tokenizer, live, params, max_new_tokens, timings):
     """One turn of every live episode, recorded; returns (play, reply text) for the replies that
     ended on EOS and truncates the others (METHOD 4.1). Each episode's budget is
     min(max_new_tokens, context left - 64); one engine call per distinct budget, normally one."""
-    budgets = [min(max_new_tokens, max_context - len(p.context()) - CONTEXT_MARGIN) for p in live]
+    budgets = [min(max_new_tokens, p.max_context - len(p.context()) - CONTEXT_MARGIN) for p in live]
     completions = [None] * len(live)
     for budget in sorted(set(budgets), reverse=True):
         index = [i for i, b in enumerate(budgets) if b == budget]
@@ -259,7 +259,7 @@ def _generate(engine, tokenizer, live, params, max_new_tokens, max_context, timi
     return [(p, text) for p, stop, text in zip(live, stopped, texts) if stop]
 
 
-def _add_prompts(tokenizer, live, thinking, max_context, end_texts=None):
+def _add_prompts(tokenizer, live, end_texts=None):
     """What each live episode is shown before its next turn, tokenised in one batch. Mask 0: the
     environment and the template wrote these tokens, not the policy. With `end_texts`, the template delta
     of its new messages, appended to its sequence; else its whole transcript rendered with the generation
@@ -267,11 +267,11 @@ def _add_prompts(tokenizer, live, thinking, max_context, end_texts=None):
     thinking of earlier turns), which replaces the last. What would not fit in max_context ends its
     episode truncated instead and is kept nowhere (METHOD 4.1): no sequence grows past it."""
     texts = [chat.delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) if end_texts
-             else chat.render(tokenizer, p.episode.messages, p.tools, True, thinking) for p in live]
+             else chat.render(tokenizer, p.episode.messages, p.tools, True, p.thinking) for p in live]
     for p, token_ids in zip(live, chat.encode(tokenizer, texts)):
-        if (0 if thinking else len(p.episode.tokens)) + len(token_ids) > max_context:
+        if (0 if p.thinking else len(p.episode.tokens)) + len(token_ids) > p.max_context:
             _end(p, "truncated")
-        elif thinking:
+        elif p.thinking:
             p.prompt = token_ids
         else:
             _extend(p.sequence(), token_ids, 0)
@@ -309,9 +309,8 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
     try:
         with ticking_bar(len(plays), progress, unit="play") as bar:
             _in_pool(pool, timings, _start, [(p, timeout_s, max_turns) for p in plays])
-            _add_prompts(tokenizer, _running(plays), thinking, max_context)
-            _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns=max_turns, max_context=max_context,
-                   max_new_tokens=max_new_tokens, thinking=thinking)
+            _add_prompts(tokenizer, _running(plays))
+            _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns, max_new_tokens, thinking)
             bar.update(len(plays) - bar.n)
     finally:   # close every sandbox, also when the engine or the tokenizer raised
         for p in plays:
@@ -326,13 +325,12 @@ def play(envs, engine, tokenizer, plays_per_env, hints=None, *, params, max_turn
     return episodes
 
 
-def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, max_context, max_new_tokens,
-           thinking):
+def _turns(plays, engine, tokenizer, params, pool, bar, timings, max_turns, max_new_tokens, thinking):
     """Every turn of every live play: generate the replies in one batch, carry them to the sandboxes."""
     end_texts = None if thinking else sorted({tokenizer.decode([token_id]) for token_id in engine.eos_token_ids})
     for turn in range(max_turns):
         for p in _running(plays):   # METHOD 4.1: no room left for a useful turn
-            if max_context - len(p.context()) <= CONTEXT_MARGIN:
+            if p.max_context - len(p.context()) <= CONTEXT_MARGIN:
                 _end(p, "truncated")
         for p in plays:   # close finished episodes' sandboxes in the background, during generate
             if p.episode.status != "running" and p.box is not None:
@@ -342,12 +340,12 @@ def _turns(plays, engine, tokenizer, params, pool, bar, timings, *, max_turns, m
         if not _running(plays):
             return
         turn_params = params if params.seed is None else replace(params, seed=params.seed + turn)
-        replies = _generate(engine, tokenizer, _running(plays), turn_params, max_new_tokens, max_context, timings)
+        replies = _generate(engine, tokenizer, _running(plays), turn_params, max_new_tokens, timings)
         _in_pool(pool, timings, _act, replies)
         if turn == max_turns - 1:   # the agent's turn cap (METHOD 4.1: TIMEOUT -> truncated)
             for p in _running(plays):
                 _end(p, "truncated")
-        _add_prompts(tokenizer, _running(plays), thinking, max_context, end_texts)   # thinking: a prompt rendered anew
+        _add_prompts(tokenizer, _running(plays), end_texts)   # thinking: a prompt rendered anew
 
 
 @contextlib.contextmanager
