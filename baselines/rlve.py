@@ -156,10 +156,9 @@ def play_round(curriculum, names, rng, engine, tokenizer, plays, divide=None, **
     `divide`); here by default. The round's longest prompt sets the budget, whichever pairs a rank plays."""
     problems = [curriculum.problem(name, rng) for name in names]
 
-    def work(mine):
+    def work(mine=None):
         return play(problems, engine, tokenizer, plays, mine, **play_kwargs)
-    pairs = [1.0] * (len(problems) * plays)
-    played = divide(pairs, work) if divide else work(range(len(pairs)))
+    played = divide([1.0] * (len(problems) * plays), work) if divide else work()
     for i, problem in enumerate(problems):
         curriculum.record(problem, [e.reward for e in played[i * plays:(i + 1) * plays]])
     return played
