@@ -104,23 +104,22 @@ def checks(sandbox, code, max_turns):
     return clean_text(loaded["class"])
 
 
-def _call(send, stage, op, **request):
+def _call(send, stage, op, check=None, **request):
+    """`send(op, **request)`'s value, passed through `check` (a contract.checked_*) where given; a failure
+    is Rejected at `stage`, or at what failed (timeout, memory, crash, output)."""
     try:
-        return send(op, **request)
+        value = send(op, **request)
     except SandboxError as e:
         raise Rejected(stage if e.kind in ("load", "contract") else e.kind, e.message)
+    try:
+        return check(value) if check else value
+    except ReplyError as e:
+        raise Rejected("output", f"{stage}: {e}")
 
 
 def _require(stage, ok, message):
     if not ok:
         raise Rejected(stage, message() if callable(message) else message)
-
-
-def _checked(stage, check, value):
-    try:
-        return check(value)
-    except ReplyError as e:
-        raise Rejected("output", f"{stage}: {e}")
 
 
 def _new_instance(send, max_turns=None):
@@ -133,7 +132,7 @@ def _new_instance(send, max_turns=None):
 
 
 def _reset(send, env, seed, stage):
-    obs, _, types = _checked(stage, checked_reset, _call(send, stage, "reset", env=env, seed=seed))
+    obs, _, types = _call(send, stage, "reset", checked_reset, env=env, seed=seed)
     _require(stage, types in (["str"], ["str", "dict"]) and obs.strip(),
              f"reset(seed={seed}) must return (non-empty str, dict) or a non-empty str")
     return obs
@@ -145,11 +144,10 @@ def _opening(send, stage=None):
     `stage` for all of them."""
     reset, tools, step = (stage,) * 3 if stage else ("reset", "tools", "step")
     env = _new_instance(send)
-    replies = [_reset(send, env, 42, reset), _checked(tools, checked_tools, _call(send, tools, "tools"))]
+    replies = [_reset(send, env, 42, reset), _call(send, tools, "tools", checked_tools)]
     low, high = REWARD_RANGE
     for probe in VALIDATION_PROBES:
-        obs, reward, terminated, truncated, _, types = _checked(step, checked_step,
-                                                                _call(send, step, "step", env=env, action=probe))
+        obs, reward, terminated, truncated, _, types = _call(send, step, "step", checked_step, env=env, action=probe)
         _require(step, types[:1] == ["str"] and types[1:2] in (["number"], ["bool"])
                  and types[2:] == ["bool", "bool", "dict"],
                  lambda: f"step({probe!r}) must return (str, int|float, bool, bool, dict), got ({', '.join(types)})")

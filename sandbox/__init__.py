@@ -197,11 +197,9 @@ class _Zygote:
         if not readable(ours, 60):
             self.process.kill()
             raise RuntimeError("the sandbox fork server did not answer within 60 s")
-        data = b""
         with suppress(ConnectionResetError):   # it died with its config unread
-            data = ours.recv(65536)
-        if data:
-            return json.loads(data)
+            if data := ours.recv(65536):
+                return json.loads(data)
         log.seek(0)
         said = log.read().decode(errors="replace").strip().splitlines()
         self.failure = f"{os.path.basename(argv[0])}: {said[-1] if said else 'exited'}"
@@ -261,10 +259,8 @@ class _Zygote:
             self._reap(*self._orphans.pop())
 
     def _reap(self, pid, slot):
-        try:
-            reply = self._exchange({"op": "reap", "pid": pid})
-        finally:
-            self._slots.discard(slot)
+        self._slots.discard(slot)   # free whether or not the fork server answers
+        reply = self._exchange({"op": "reap", "pid": pid})
         return reply.get("status"), reply.get("oom")
 
     def close(self):

@@ -197,9 +197,7 @@ def repair_braces(code, max_iterations=20):
             return code
         except SyntaxError as error:
             lines = code.split("\n")
-            if not error.lineno or error.lineno > len(lines):
-                return code
-            line = lines[error.lineno - 1]
+            line = lines[error.lineno - 1] if 0 < (error.lineno or 0) <= len(lines) else ""   # "": none named
             fixed = _FSTRING.sub(repair, line)
             if fixed == line:
                 return code
@@ -313,17 +311,15 @@ def as_observation(obs, where):
     return str.__str__(obs)  # an exact str, whatever subclass came back
 
 
+_KINDS = ((str, "str"), ((int, float), "number"), (dict, "dict"))   # bool, an int subclass: told by its exact type
+
+
 def kinds(values):
     """The types the gate checks (METHOD 3.1 d, e), as the official isinstance tests see them.
     The parent decides with these; a child that lies about them only lies about itself."""
     def kind(value):
-        if isinstance(value, str):
-            return "str"
-        if type(value) is bool:
-            return "bool"
-        if isinstance(value, (int, float)):
-            return "number"
-        return "dict" if isinstance(value, dict) else type(value).__name__
+        named = next((name for types, name in _KINDS if isinstance(value, types)), None)
+        return "bool" if type(value) is bool else named or type(value).__name__
     return [kind(value) for value in values]
 
 

@@ -325,12 +325,11 @@ def _trial(layers, config, pid_namespace):
     spec = _spec(layers, config, {"uid": config["uid"], "slot": "trial", "memory_mb": 256})
     ours, theirs = socket.socketpair()
     with ours:
-        try:
-            pid = _fork(spec, theirs.fileno(), pid_namespace, trial=True)
-        except OSError as e:
-            return str(e)
-        finally:
-            theirs.close()
+        with theirs:   # closed once forked, so that a trial child's death reads as the end of `ours`
+            try:
+                pid = _fork(spec, theirs.fileno(), pid_namespace, trial=True)
+            except OSError as e:
+                return str(e)
         answer = b""
         with suppress(OSError):
             ours.settimeout(30)
