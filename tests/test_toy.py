@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
+import designer
 import grpo
 import regret
 import spade
@@ -61,14 +63,29 @@ def toy_run(taught, out, monkeypatch, *flags):
     return scored, updates, metrics
 
 
+def designer_choice(model, tokenizer):
+    """The designer's preference among what it was taught to write, at temperature 1: each answer's
+    probability (the whole response, teacher-forced) over the four's total."""
+    prompt = designer.encode_chat(tokenizer, toy.designer_messages(toy.SKILL, None, "", None, max_turns=1))[1]
+    answers = {**toy.GAMES, "broken": toy.BROKEN}
+    logps = []
+    with torch.no_grad():
+        for code in answers.values():   # len(reply) times the reply's mean negative log-likelihood
+            reply = tokenizer.encode(f"```python\n{code}```", add_special_tokens=False) + [tokenizer.eos_token_id]
+            ids = torch.tensor([prompt + reply])
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+            logps.append(-len(reply) * torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):]).item())
+    return dict(zip(answers, torch.softmax(torch.tensor(logps), 0).tolist()))
+
+
 def final_choice(out):
     checkpoint = json.loads((out / "latest").read_text())["checkpoint"]
-    return toy.designer_choice(*models.load_model(str(out / checkpoint / "model")))
+    return designer_choice(*models.load_model(str(out / checkpoint / "model")))
 
 
 @pytest.mark.slow
 def test_the_designer_learns_to_write_the_game_a_hint_helps_in(taught, tmp_path, monkeypatch):
-    before = toy.designer_choice(*models.load_model(str(taught)))
+    before = designer_choice(*models.load_model(str(taught)))
     scored, updates, metrics = toy_run(taught, tmp_path / "run", monkeypatch)
     # 1. Each designer sample's reward is the blend of what the agent did in its environment: the win
     #    rate over the epoch's plays, and the hinted plays' mean against the regen step's (METHOD 6.3).
@@ -116,7 +133,7 @@ def test_a_second_toy_run_is_a_run_of_its_own_and_a_toy_run_resumes(taught):
 
 @pytest.mark.slow
 def test_without_designer_training_the_designer_does_not_move(taught, tmp_path, monkeypatch):
-    before = toy.designer_choice(*models.load_model(str(taught)))
+    before = designer_choice(*models.load_model(str(taught)))
     scored, updates, metrics = toy_run(taught, tmp_path / "run", monkeypatch, "--no-designer-training")
     assert scored and all(len(batch) == m["agent/samples"] for batch, m in zip(updates, metrics))   # agent only
     after = final_choice(tmp_path / "run")

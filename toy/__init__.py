@@ -85,22 +85,6 @@ def teach(model, tokenizer, steps=120, lr=5e-3, seed=0):
     return loss.item()
 
 
-def designer_choice(model, tokenizer):
-    """The designer's preference among what it was taught to write, at temperature 1: each answer's
-    probability (the whole response, teacher-forced) over the four's total."""
-    import torch
-    prompt = designer.encode_chat(tokenizer, designer_messages(SKILL, None, "", None, max_turns=1))[1]
-    answers = {**GAMES, "broken": BROKEN}
-    logps = []
-    with torch.no_grad():
-        for code in answers.values():   # len(reply) times the reply's mean negative log-likelihood
-            reply = tokenizer.encode(f"```python\n{code}```", add_special_tokens=False) + [tokenizer.eos_token_id]
-            ids = torch.tensor([prompt + reply])
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
-            logps.append(-len(reply) * torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):]).item())
-    return dict(zip(answers, torch.softmax(torch.tensor(logps), 0).tolist()))
-
-
 def taught_model(directory):
     """The tiny model taught the toy's behaviours, saved in `directory` (taught again only when missing)."""
     from backend import models
