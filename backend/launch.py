@@ -277,8 +277,6 @@ def share(sizes: list[float], rank: int, world: int) -> list[int]:
 
 def gather(mine: list, indices: list[int], total: int, world: int) -> list:
     """Every rank's items in their global order: `mine` are this rank's, at `indices` of `total`."""
-    if world == 1:
-        return list(mine)
     ordered = [None] * total
     for part_indices, part in every_rank((indices, mine), world):
         for i, item in zip(part_indices, part):
@@ -362,13 +360,10 @@ class RankAgreement:
                 self.divided = False
 
     def generate(self, prompts, params):
-        if not self.divided and not same_on_every_rank(b"".join(array.array("q", [len(p), *p]).tobytes() for p in prompts)):
+        digest = hashlib.sha256(b"".join(array.array("q", [len(p), *p]).tobytes() for p in prompts)).digest()
+        if not self.divided and len(set(every_rank(digest))) > 1:
             raise RuntimeError("the ranks asked the engine for different prompts: an environment played differently "
                                "in two processes (the clock, a deadline met on one rank only). Every rank must play "
                                "the same rollouts; resume from the last checkpoint")
         return self.engine.generate(prompts, params)
 
-
-def same_on_every_rank(data: bytes) -> bool:
-    """Whether every rank holds the same bytes: their digests agree."""
-    return len(set(every_rank(hashlib.sha256(data).digest()))) == 1

@@ -123,10 +123,8 @@ def load_model(name: str, *, dtype: torch.dtype | None = None, device: str | Non
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     resolved = resolve_model_name(name)
-    if resolved in ("tiny", "tiny-moe"):
-        model, tokenizer = tiny_model(dtype=dtype, moe=resolved == "tiny-moe")
-    elif resolved.startswith("random-"):
-        model, tokenizer = random_model(resolved, dtype=dtype, device=device)
+    if resolved in ("tiny", "tiny-moe") or resolved.startswith("random-"):   # tiny: the same weights on any device
+        model, tokenizer = random_model(resolved, dtype=dtype, device="cpu" if resolved.startswith("tiny") else device)
     elif resolved.endswith(".gguf"):
         model, tokenizer = _load_gguf(resolved, dtype)
     else:
@@ -164,27 +162,21 @@ def tiny_tokenizer():
 def tiny_model(*, dtype: torch.dtype = torch.float32, moe: bool = False):
     """A random 2-layer Qwen3 (`random_config("tiny")`) and `tiny_tokenizer()`, built in code on the CPU:
     deterministic, no download, for tests. `moe=True` (the name `tiny-moe`): the same as a Qwen3-MoE."""
-    with torch.random.fork_rng(devices=[]):  # a fixed model, without touching the caller's RNG
-        return _built_model("tiny-moe" if moe else "tiny", dtype)
+    return random_model("tiny-moe" if moe else "tiny", dtype=dtype, device="cpu")
 
 
 def random_model(name: str, *, dtype: torch.dtype, device: str):
-    """`random-<RANDOM_SHAPES key>[:layers]` with random weights, initialised directly on `device` in
-    `dtype` (in one process a 30B-shaped model never passes through CPU memory; `load_sharded` builds it
-    in rank 0's), and `tiny_tokenizer()`."""
-    with torch.random.fork_rng(), torch.device(device):
-        return _built_model(name, dtype)
-
-
-def _built_model(name: str, dtype: torch.dtype):
-    """The model of `random_config(name)` from seed 0 in `dtype`, and `tiny_tokenizer()`, whose EOS and
-    padding tokens stop its generation."""
-    tokenizer = tiny_tokenizer()
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(random_config(name, tokenizer), dtype=dtype)
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
+    """The model of `random_config(name)` (`tiny`, `tiny-moe` or `random-<RANDOM_SHAPES key>[:layers]`) from
+    seed 0, initialised directly on `device` in `dtype` (in one process a 30B-shaped model never passes
+    through CPU memory; `load_sharded` builds it in rank 0's), and `tiny_tokenizer()`, whose EOS and padding
+    tokens stop its generation. The caller's random state is left alone (on the CPU, its CUDA one untouched)."""
+    with torch.random.fork_rng(devices=[] if device == "cpu" else None), torch.device(device):
+        tokenizer = tiny_tokenizer()
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(random_config(name, tokenizer), dtype=dtype)
+        model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        return model, tokenizer
 
 
 def random_config(name: str, tokenizer):

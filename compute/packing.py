@@ -69,18 +69,17 @@ def collate(samples: list, packed: bool, device) -> MicroBatch:
         return to_device(pad_sequence([torch.tensor(getattr(s, field), dtype=dtype) for s in samples], batch_first=True))
 
     lengths = [len(s.tokens) for s in samples]
+    attention_mask, varlen = None, {}   # one packed row has no mask; padded rows no varlen kwargs
     if packed:
         input_ids = to_device(torch.tensor([t for s in samples for t in s.tokens])[None])
         position_ids = to_device(torch.cat([torch.arange(n) for n in lengths])[None])
         cu = to_device(torch.tensor([0] + lengths).cumsum(0).to(torch.int32))
         varlen = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths))
-        attention_mask = None
     else:
         input_ids = rows("tokens", torch.long)  # padding id 0 is never attended to nor scored
         width = input_ids.shape[1]
         attention_mask = to_device((torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long())
         position_ids = torch.arange(width, device=device).expand_as(input_ids)
-        varlen = {}
     return MicroBatch(input_ids, position_ids, attention_mask, varlen, lengths,
                       rows("loss_mask", torch.float32), rows("rollout_logprobs", torch.float32),
                       to_device(torch.tensor([s.advantage for s in samples], dtype=torch.float32)),
