@@ -228,7 +228,18 @@ def _load_gguf(path: str, dtype: torch.dtype):
     folder, file = os.path.split(path)
     cache = Path(os.environ.get("SPADE_CACHE", Path.home() / ".cache" / "spade")) / Path(file).stem
     if not (cache / "config.json").is_file():
-        model, tokenizer = _convert_gguf(folder, file)
+        # transformers' from_pretrained(gguf_file=...) insists on `accelerate`; building the model from the
+        # GGUF's config and loading its de-quantised tensors ourselves needs only the `gguf` package.
+        from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+        config = AutoConfig.from_pretrained(folder, gguf_file=file)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+        with torch.random.fork_rng(devices=[]):   # its random init is overwritten: leave the caller's RNG alone
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        tensors = load_gguf_checkpoint(os.path.join(folder, file), return_tensors=True, model_to_load=model,
+                                       torch_dtype=torch.float32)["tensors"]
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
+        tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+        assert set(missing) <= tied and not unexpected, f"GGUF {file}: missing {missing}, unexpected {unexpected}"
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=cache.parent, prefix=f".{cache.name}."))
         model.save_pretrained(tmp)
@@ -240,23 +251,6 @@ def _load_gguf(path: str, dtype: torch.dtype):
     tokenizer = AutoTokenizer.from_pretrained(cache)
     tokenizer.chat_template = CHAT_TEMPLATE  # SmolLM2's own template is ChatML too, but drops `tools`
     return AutoModelForCausalLM.from_pretrained(cache, dtype=dtype), tokenizer
-
-
-def _convert_gguf(folder: str, file: str):
-    # transformers' from_pretrained(gguf_file=...) insists on `accelerate`; building the model from the
-    # GGUF's config and loading its de-quantised tensors ourselves needs only the `gguf` package.
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-    config = AutoConfig.from_pretrained(folder, gguf_file=file)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
-    with torch.random.fork_rng(devices=[]):   # its random init is overwritten: leave the caller's RNG alone
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    tensors = load_gguf_checkpoint(os.path.join(folder, file), return_tensors=True, model_to_load=model,
-                                   torch_dtype=torch.float32)["tensors"]
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    assert set(missing) <= tied and not unexpected, f"GGUF {file}: missing {missing}, unexpected {unexpected}"
-    return model, tokenizer
 
 
 # ---------------------------------------------------------------------------------------- FSDP2
