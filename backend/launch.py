@@ -360,8 +360,8 @@ class RankAgreement:
                 self.divided = False
 
     def generate(self, prompts, params):
-        digest = hashlib.sha256(b"".join(array.array("q", [len(p), *p]).tobytes() for p in prompts)).digest()
-        if not self.divided and len(set(every_rank(digest))) > 1:
+        asked = b"" if self.divided else b"".join(array.array("q", [len(p), *p]).tobytes() for p in prompts)
+        if not self.divided and len(set(every_rank(hashlib.sha256(asked).digest()))) > 1:
             raise RuntimeError("the ranks asked the engine for different prompts: an environment played differently "
                                "in two processes (the clock, a deadline met on one rank only). Every rank must play "
                                "the same rollouts; resume from the last checkpoint")
