@@ -152,12 +152,6 @@ def phase_bytes(config, gpus, tokens, kept, update, rollout, kl):
     return phases
 
 
-def kept_bytes(config, gpus, moments, kl_on_gpu):
-    """What the trainer keeps on a GPU between updates."""
-    P, _, _ = shapes(config)
-    return int((4 + (8 if moments == "fp32" else 2) + (2 if kl_on_gpu else 0)) * P / gpus)
-
-
 def kv_bytes_per_token(config, tp):
     """One token's keys and values (bf16) on one GPU of a tp engine; key/value heads split over tp, at least one."""
     D = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -196,10 +190,12 @@ def option(config, gpus, gpu_bytes, knobs, moments, kl_on_cpu, node_gpus=None):
     kl_on_gpu = bool(knobs.kl_coef) and not kl_on_cpu
     usable = gpu_bytes - RESERVED
     shards = min(gpus, node_gpus or gpus)   # hybrid sharding: a node holds one copy (models.shard_model)
+    P, _, _ = shapes(config)
     update = update_bytes(config, shards, tokens, moments, kl_on_gpu)
-    kept = kept_bytes(config, shards, moments, kl_on_gpu)
-    chosen = Plan(gpus, gpu_bytes, moments, bool(knobs.kl_coef), kl_on_cpu and bool(knobs.kl_coef), 1, tokens, context_length(knobs), 0,
-                  update, trainer_kept=kept)
+    # What the trainer keeps on a GPU between updates: master weights, moments, the KL reference.
+    kept = int((4 + (8 if moments == "fp32" else 2) + (2 if kl_on_gpu else 0)) * P / shards)
+    chosen = Plan(gpus, gpu_bytes, moments, bool(knobs.kl_coef), kl_on_cpu and bool(knobs.kl_coef), 1, tokens,
+                  context_length(knobs), 0, update, trainer_kept=kept)
     chosen.phases = phase_bytes(config, shards, tokens, kept, update, {}, chosen.kl)
     asleep = {name: chosen.phases[name] for name in ("update", "resume", "checkpoint", "KL reference's forward")
               if name in chosen.phases}
@@ -209,7 +205,6 @@ def option(config, gpus, gpu_bytes, knobs, moments, kl_on_cpu, node_gpus=None):
         chosen.problem = (f"the {worst} needs {asleep[worst] / GiB:.1f} GiB of the {usable / GiB:.1f} a GPU has "
                           f"for it{parts}")
         return chosen
-    P, _, _ = shapes(config)
     if knobs.engine == "hf":   # the trainer's model generates, gathered whole in bf16 where it fits
         chosen.rollout = {"trainer": kept, "model gathered (bf16)": 2 * P}
         chosen.phases = phase_bytes(config, shards, tokens, kept, update, chosen.rollout, chosen.kl)
