@@ -196,37 +196,35 @@ def option(config, gpus, gpu_bytes, knobs, moments, kl_on_cpu, node_gpus=None):
     kept = int((4 + (8 if moments == "fp32" else 2) + (2 if kl_on_gpu else 0)) * P / shards)
     chosen = Plan(gpus, gpu_bytes, moments, bool(knobs.kl_coef), kl_on_cpu and bool(knobs.kl_coef), 1, tokens,
                   context_length(knobs), 0, update, trainer_kept=kept)
-    chosen.phases = phase_bytes(config, shards, tokens, kept, update, {}, chosen.kl)
-    asleep = {name: chosen.phases[name] for name in ("update", "resume", "checkpoint", "KL reference's forward")
-              if name in chosen.phases}
+    phases = phase_bytes(config, shards, tokens, kept, update, {}, chosen.kl)
+    asleep = {name: phases[name] for name in ("update", "resume", "checkpoint", "KL reference's forward")
+              if name in phases}
     worst = max(asleep, key=asleep.get)
     if asleep[worst] > usable:
         parts = f" ({_largest(update)})" if worst == "update" else ""
         chosen.problem = (f"the {worst} needs {asleep[worst] / GiB:.1f} GiB of the {usable / GiB:.1f} a GPU has "
                           f"for it{parts}")
-        return chosen
-    if knobs.engine == "hf":   # the trainer's model generates, gathered whole in bf16 where it fits
+    elif knobs.engine == "hf":   # the trainer's model generates, gathered whole in bf16 where it fits
         chosen.rollout = {"trainer": kept, "model gathered (bf16)": 2 * P}
-        chosen.phases = phase_bytes(config, shards, tokens, kept, update, chosen.rollout, chosen.kl)
-        return chosen
-    share = usable - kept                       # what vLLM may take, weights, runtime and KV cache
-    sizes = tp_choices(node_gpus or gpus, knobs.tp)
-    fitting = [tp for tp in sizes if 2 * P / tp + VLLM_RUNTIME < share]
-    halves = [tp for tp in fitting if 2 * P / tp <= (share - VLLM_RUNTIME) / 2]
-    chosen.tp = (halves or fitting or sizes[-1:])[0]
-    weights = 2 * P / chosen.tp
-    chosen.kv_tokens = int(max(0, share - VLLM_RUNTIME - weights) // kv_bytes_per_token(config, chosen.tp))
-    chosen.vllm_share = round(share / gpu_bytes, 3)
-    chosen.rollout = {"trainer": kept, "vLLM weights (bf16)": weights, "vLLM runtime": VLLM_RUNTIME,
-                      "KV cache": max(0, share - VLLM_RUNTIME - weights)}
+    else:
+        share = usable - kept                       # what vLLM may take, weights, runtime and KV cache
+        sizes = tp_choices(node_gpus or gpus, knobs.tp)
+        fitting = [tp for tp in sizes if 2 * P / tp + VLLM_RUNTIME < share]
+        halves = [tp for tp in fitting if 2 * P / tp <= (share - VLLM_RUNTIME) / 2]
+        chosen.tp = (halves or fitting or sizes[-1:])[0]
+        weights = 2 * P / chosen.tp
+        chosen.kv_tokens = int(max(0, share - VLLM_RUNTIME - weights) // kv_bytes_per_token(config, chosen.tp))
+        chosen.vllm_share = round(share / gpu_bytes, 3)
+        chosen.rollout = {"trainer": kept, "vLLM weights (bf16)": weights, "vLLM runtime": VLLM_RUNTIME,
+                          "KV cache": max(0, share - VLLM_RUNTIME - weights)}
+        groups = gpus // chosen.tp
+        busiest = knobs.num_envs * max(knobs.plays_per_env, knobs.hint_plays)
+        chosen.max_num_seqs = min(1024, 8 * math.ceil(math.ceil(busiest / groups) / 8))
+        if chosen.kv_tokens < chosen.max_model_len:
+            chosen.problem = (f"vLLM's KV cache holds {chosen.kv_tokens:,} tokens beside the trainer's "
+                              f"{kept / GiB:.1f} GiB and its weights at tp {chosen.tp}, less than one context of "
+                              f"{chosen.max_model_len:,}")
     chosen.phases = phase_bytes(config, shards, tokens, kept, update, chosen.rollout, chosen.kl)
-    groups = gpus // chosen.tp
-    busiest = knobs.num_envs * max(knobs.plays_per_env, knobs.hint_plays)
-    chosen.max_num_seqs = min(1024, 8 * math.ceil(math.ceil(busiest / groups) / 8))
-    if chosen.kv_tokens < chosen.max_model_len:
-        chosen.problem = (f"vLLM's KV cache holds {chosen.kv_tokens:,} tokens beside the trainer's "
-                          f"{kept / GiB:.1f} GiB and its weights at tp {chosen.tp}, less than one context of "
-                          f"{chosen.max_model_len:,}")
     return chosen
 
 
