@@ -75,10 +75,8 @@ def layers(program, given, saved=None):
 def merge(stack):
     """({name: value}, {name: the layer that set it}) of `layers`: the last layer to give a value wins.
     The names of the second dict come layer by layer, in the layers' order."""
-    values, last = {}, {}
-    for layer, given in stack:
-        values.update(given)
-        last.update(dict.fromkeys(given, layer))
+    values = {name: value for _, given in stack for name, value in given.items()}
+    last = {name: layer for layer, given in stack for name in given}
     return values, {name: layer for layer, given in stack for name in given if last[name] == layer}
 
 
