@@ -311,8 +311,8 @@ def last_step_html(last):
 
 
 def write_html(run_dir, metrics, samples, rejected, path, plays=()):
-    is_baseline = not any("designer/valid_rate" in m for m in metrics)
-    header = header_html(run_dir, metrics, no_valid_note(metrics, samples))
+    note = no_valid_note(metrics, samples)   # where there are no cards: set unless it is a baseline run
+    header = header_html(run_dir, metrics, note)
     cards = [f"""<section><h2>{shown(s['env_id'])}</h2>
 <p>skill <b>{shown(s['skill'])}</b> &middot; step {s['step']} &middot; win rate {s['win_rate']:.2f}
  &middot; regret {s['regret']:+.2f} &middot; {len(s['code'].splitlines())} lines</p>
@@ -321,8 +321,8 @@ def write_html(run_dir, metrics, samples, rejected, path, plays=()):
 <details><summary>unhinted play ({shown(s.get('unhinted_status', ''))})</summary>{transcript_html(s['unhinted_transcript'])}</details>
 <details><summary>hinted play</summary>{transcript_html(s['hinted_transcript'])}</details></section>"""
              for s in samples]
-    body = "\n".join(cards) or ("<p>A baseline run: no designer.</p>" if is_baseline else
-                                 "<p>None: the rejected attempts are below, and what the agent played under Plays.</p>")
+    body = "\n".join(cards) or ("<p>None: the rejected attempts are below, and what the agent played under Plays.</p>"
+                                if note else "<p>A baseline run: no designer.</p>")
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>spade run {shown(Path(run_dir).name)}</title>
 <style>body{{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}} pre{{background:#f5f5f5;padding:.6em;
 overflow-x:auto;white-space:pre-wrap}} section{{border-top:1px solid #ccc;margin-top:1.5em}} .msg.assistant pre{{background:#eef5ff}}
