@@ -288,6 +288,9 @@ def fitting(cfg, setting, engine, gpus, gpu_bytes, node_gpus=None):
     `gpus` GPUs of `gpu_bytes` (`node_gpus` of them a node); or the one sentence of what does not fit and
     the smallest change that does."""
     from backend import models
+    if engine == "vllm" and cfg.tp and (node_gpus or gpus) % cfg.tp:   # an engine's ranks: one node's
+        raise SystemExit(f"spade.py: --tp {cfg.tp} does not divide the {node_gpus or gpus} GPUs of a node into "
+                         f"tensor-parallel groups (a group never spans two nodes)")
     try:
         config = models.model_config(cfg.model)
     except models.ModelLoadError as e:

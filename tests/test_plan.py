@@ -207,6 +207,9 @@ def test_the_plan_on_demand_without_a_gpu(capsys):
         spade.main(["plan", "--model", "Qwen3-8B", "--gpu-gib", "80"])
     sentence = str(refused.value)
     assert "does not fit on 1 GPU of 80.0 GiB" in sentence and sentence.endswith("it fits on 2 GPUs")
+    for gpus in (["--gpus", "2"], ["--gpus", "4", "--node-gpus", "2"]):   # more than a node, or a split node
+        with pytest.raises(SystemExit, match=r"^spade.py: --tp 4 does not divide the 2 GPUs of a node into "):
+            spade.main(["plan", "--model", "Qwen3-8B", *gpus, "--tp", "4", "--gpu-gib", "139"])
     with pytest.raises(SystemExit) as unknown:
         spade.main(["plan", "--model", "Qwen3-9B", "--gpus", "8"])
     assert str(unknown.value).startswith("spade.py: unknown model 'Qwen3-9B'") and "\n" not in str(unknown.value)
