@@ -182,9 +182,27 @@ def _step_of(metrics):
     return metrics["step"] if ok else float("inf")
 
 
+# The fields of each dumped record (Log.samples, the designer's rejections, Log.plays) that the page shows,
+# and their types. A record without them (a run written by someone else, a file damaged) is not shown.
+NUMBER, MESSAGES = (int, float), "messages"
+SAMPLE = dict(env_id=str, skill=str, step=int, win_rate=NUMBER, regret=NUMBER, code=str, hint=str,
+              unhinted_transcript=MESSAGES, hinted_transcript=MESSAGES)
+REJECTED = dict(skill=str, attempt=int, stage=str, error=str)
+PLAY = dict(env_id=str, reward=NUMBER, win_rate=NUMBER, status=str, transcript=MESSAGES)
+
+
+def _as_written(record, fields):
+    """Whether `record` is a dict holding `fields`, each of its type exactly (a bool is no number here)."""
+    def typed(value, kind):
+        if kind == MESSAGES:
+            return type(value) is list and all(type(message) is dict for message in value)
+        return type(value) in (kind if isinstance(kind, tuple) else (kind,))
+    return type(record) is dict and all(typed(record.get(name), kind) for name, kind in fields.items())
+
+
 def read_run(run_dir):
     """(metrics, samples, rejected attempts, plays) of a run; what cannot be read (a line or a file a kill
-    cut short) is skipped and counted."""
+    cut short, a record that is not what a run writes) is skipped and counted."""
     run_dir = Path(run_dir)
     if not (run_dir / "metrics.jsonl").is_file():
         raise SystemExit(f"report: {run_dir} has no metrics.jsonl (is it a spade run directory?)")
@@ -193,17 +211,22 @@ def read_run(run_dir):
     metrics = [m for m in lines if _step_of(m) != float("inf")]
     skipped = len(lines) - len(metrics)
 
-    def dumped(name, kind):   # [(step, value)] of the samples/step_*/<name> files that hold a `kind`
+    def dumped(name, fields, one_a_file=False):   # the records of the samples/step_<n>/<name> files, with n
         nonlocal skipped
-        found = [(p, _json(p.read_text(errors="replace"))) for p in sorted((run_dir / "samples").glob(f"step_*/{name}"))]
-        skipped += sum(not isinstance(value, kind) for _, value in found)
-        return [(int(p.parent.name[5:]), value) for p, value in found if isinstance(value, kind)]
+        records = []
+        for path in sorted((run_dir / "samples").glob(f"step_*/{name}")):
+            value = _json(path.read_text(errors="replace")) if path.parent.name[5:].isdecimal() else None
+            found = [value] if one_a_file else value if type(value) is list else [None]
+            kept = [dict(r, step=int(path.parent.name[5:])) for r in found if _as_written(r, fields)]
+            skipped += len(found) - len(kept)
+            records += kept
+        return records
 
-    samples = [record for _, record in dumped("game_*.json", dict)]
-    rejected = [dict(r, step=step) for step, records in dumped("rejected.json", list) for r in records]
-    plays = [dict(r, step=step) for step, records in dumped("plays.json", list) for r in records]
+    samples = dumped("game_*.json", SAMPLE, one_a_file=True)
+    rejected, plays = dumped("rejected.json", REJECTED), dumped("plays.json", PLAY)
     if skipped:
-        print(f"report: skipped {skipped} lines or files of {run_dir} that are not what a run writes (cut short?)")
+        print(f"report: skipped {skipped} lines, files or records of {run_dir} that are not what a run writes "
+              f"(cut short?)")
     return metrics, samples, rejected, plays
 
 
@@ -216,7 +239,7 @@ def plot_curriculum(metrics, path, note=""):
     import matplotlib.ticker
     fig, axes = plt.subplots(len(CURVES), 1, figsize=(8, 2.2 * len(CURVES) + 0.5 * bool(note)), sharex=True)
     for ax, (key, title, (lo, hi)) in zip(axes, CURVES):
-        points = [(m["step"], m[key]) for m in metrics if key in m]
+        points = [(m["step"], m[key]) for m in metrics if type(m.get(key)) in NUMBER]
         values = [value for _, value in points]
         if points:
             ax.plot(*zip(*points), marker="o", markersize=3)
@@ -250,7 +273,7 @@ def plot_runs(runs, path):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 3.4))
     for run in runs:
-        points = [(m["step"], m["agent/reward"]) for m in read_run(run)[0] if "agent/reward" in m]
+        points = [(m["step"], m["agent/reward"]) for m in read_run(run)[0] if type(m.get("agent/reward")) in NUMBER]
         config = Path(run) / "config.json"
         saved = _json(config.read_text(errors="replace")) if config.is_file() else None
         lr = saved.get("lr") if isinstance(saved, dict) else None   # a config.json cut short: no label
@@ -287,7 +310,7 @@ def plays_html(plays):
     return _listed("Plays", "One play of each environment of the pool (or RLVE problem) every R steps, with the "
                    "environment's win rate at that step.", [
         f"""<details><summary>step {p['step']} &middot; {shown(p['env_id'])} &middot; win rate
- {p.get('win_rate', 0.0):.2f} &middot; this play {p['reward']:+.2f}, {shown(p['status'])}</summary>
+ {p['win_rate']:.2f} &middot; this play {p['reward']:+.2f}, {shown(p['status'])}</summary>
 {transcript_html(p['transcript'])}</details>""" for p in plays])
 
 

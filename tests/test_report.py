@@ -81,7 +81,7 @@ def test_the_report_of_a_run_cut_short_skips_what_it_cannot_read(tmp_path, capsy
     (tmp_path / "samples" / "step_00000" / "rejected.json").write_text('[{"slot": 0, "sta')
     report.main([str(tmp_path)])
     out = capsys.readouterr().out
-    assert "skipped 3 lines or files" in out and "(1 steps, 0 environments)" in out
+    assert "skipped 3 lines, files or records" in out and "(1 steps, 0 environments)" in out
     for path in (tmp_path / "report").iterdir():
         path.unlink()
     (tmp_path / "report").rmdir()

@@ -187,6 +187,30 @@ def test_bidirectional_controls_are_visible_in_the_report_and_the_terminal(tmp_p
     assert not any(c in printable("SyntaxError: " + BIDI) for c in BIDI)
 
 
+def test_a_report_shows_only_records_as_a_run_writes_them(tmp_path, capsys):
+    # A run directory from someone else: markup where the page prints a number, types the page cannot format,
+    # a metric that is no number, and a folder that is no step's. Each is left out and counted, none raw.
+    script = "<script>alert(1)</script>"
+    good = dict(env_id="g", skill="Optimization", step=0, win_rate=0.5, regret=0.1, code="class GEnv: pass",
+                hint="h", unhinted_transcript=[], hinted_transcript=[])
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "agent/reward": 0.5}\n{"step": 1, "agent/reward": "x"}\n')
+    folder = tmp_path / "samples" / "step_00000"
+    folder.mkdir(parents=True)
+    for name, record in [("game_a", good), ("game_b", dict(good, step=script)), ("game_c", dict(good, win_rate="1")),
+                         ("game_d", dict(good, hinted_transcript=["not a message"]))]:
+        (folder / f"{name}.json").write_text(json.dumps(record))
+    rejected = dict(skill="Optimization", attempt=1, stage="load", error="e")
+    (folder / "rejected.json").write_text(json.dumps([rejected, dict(rejected, attempt=script)]))
+    play = dict(env_id="g", reward=1.0, win_rate=0.5, status="terminated", transcript=[])
+    (folder / "plays.json").write_text(json.dumps([play, dict(play, reward=True), dict(play, win_rate=None)]))
+    (tmp_path / "samples" / "step_x").mkdir()
+    (tmp_path / "samples" / "step_x" / "game_e.json").write_text(json.dumps(good))
+    report.main([str(tmp_path)])
+    assert "skipped 7 lines, files or records" in capsys.readouterr().out
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert script not in page and page.count("<section>") == 1 and "attempt 1" in page and "this play +1.00" in page
+
+
 # --- parsers of model and environment text: linear in their input -----------------------------------------
 N = 100_000
 PARSERS = [
