@@ -1,7 +1,8 @@
 """The texts the designer and the hint writer are given: our own wording of METHOD.md 1.2, 1.3, 2 and 5.
 
 Each text is a file of this folder, read as it is (its last newline dropped), so that a prompt can be
-read and edited without touching any logic. In the texts that designer.py fills in with `str.format`,
+read and edited without touching any logic; the reference game of the no-corpus game prompt is an
+environment like the seed ones, and lives with them (envs/reference/). In the texts that designer.py fills in with `str.format`,
 `{name}` marks a blank and `{{`, `}}` stand for one brace. designer.py assembles them into chat
 messages (which text goes where, with which document, skill and memory block). Nothing parses these
 texts except the model.
@@ -28,9 +29,9 @@ GAME_DESIGNER_SYSTEM = text("game_designer_system.md")
 CORPUS_GAME_HEADER = text("corpus_game_header.md")
 CORPUS_GAME_CONTRACT = text("corpus_game_contract.md")
 GAME_FOOTER = text("game_footer.md")   # easy asks for fewer interactions than medium/hard (METHOD 2.2)
-# (B) without a corpus: the multi-turn contract plus one complete game of our own.
+# (B) without a corpus: the multi-turn contract plus one complete game of our own, an environment (envs/).
 NO_CORPUS_GAME_CONTRACT = text("no_corpus_game_contract.md")
-REFERENCE_GAME = text("reference_game.py")
+REFERENCE_GAME = text("../envs/reference/greenhouse_optimization.py")
 
 # Tool use (METHOD 1.3, 2.1, 2.2): one user message, no system message.
 TOOL_TASK = text("tool_task.md")

@@ -244,7 +244,7 @@ def test_prompt_texts_are_clean():
     assert not any(t.endswith("\n") for t in texts)                  # a file's last newline is not the text's
     folder = Path(prompts.__file__).parent                           # and every file of the folder is read
     files = {p.name for p in folder.iterdir() if p.is_file() and p.name != "__init__.py"}
-    assert len(files) == 17 and all(f'text("{name}")' in Path(prompts.__file__).read_text() for name in files)
+    assert len(files) == 16 and all(f'text("{name}")' in Path(prompts.__file__).read_text() for name in files)
 
 
 def test_reference_game_is_valid_and_winnable_only_by_planning():
