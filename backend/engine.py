@@ -217,8 +217,10 @@ class HFEngine:
         lengths = torch.tensor([len(p) for p in prompts], device=device)
         capacity = _aligned(L + min(n, chunk))
         cache, logits = self._prefill(prompts, L, capacity)
-        # Additive attention mask [rows, capacity]: row i's prompt sits in columns [L - len_i, L).
-        mask = torch.full((B, capacity), torch.finfo(self.model.dtype).min, dtype=self.model.dtype, device=device)
+        # Additive attention mask [rows, capacity]: row i's prompt sits in columns [L - len_i, L). In the dtype the
+        # model computes in, its keys' (bf16 under FSDP2, whatever the dtype of its fp32 master weights), as SDPA wants.
+        dtype = cache.layers[0].keys.dtype
+        mask = torch.full((B, capacity), torch.finfo(dtype).min, dtype=dtype, device=device)
         mask[:, :L].masked_fill_(torch.arange(L, device=device) >= (L - lengths)[:, None], 0.0)
         rows = torch.arange(B, device=device)  # the original index of every row still in the batch
         out_tokens = torch.zeros(B, n, dtype=torch.long, device=device)

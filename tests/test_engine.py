@@ -179,10 +179,19 @@ def sharded_generate_worker(rank, world, port, path):
         whole.clear()
         with contextlib.redirect_stdout(printed):
             ungathered = [engine_.generate(prompts, SamplingParams(temperature=0, max_new_tokens=12)) for _ in "ab"]
+        # fp32 master weights computing in bf16, as on a GPU: every float mask SDPA is given is in the queries' dtype.
+        bf16, masks, sdpa = load_model("tiny", device="cpu")[0], set(), torch.nn.functional.scaled_dot_product_attention
+        models.shard_model(bf16, torch.bfloat16)
+
+        def spy(query, key, value, attn_mask=None, **kwargs):
+            masks.add((query.dtype, None if attn_mask is None else attn_mask.dtype))
+            return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
+        torch.nn.functional.scaled_dot_product_attention = spy
+        HFEngine(bf16, tokenizer).generate(prompts, SamplingParams(temperature=0, max_new_tokens=4))
         if rank == 0:
             torch.save(dict(tokens=[c.token_ids for c in completions], whole=gathered_whole, resharded=resharded,
                             after=after, ungathered=[[c.token_ids for c in done] for done in ungathered],
-                            ungathered_whole=list(whole), printed=printed.getvalue()), path)
+                            ungathered_whole=list(whole), printed=printed.getvalue(), masks=masks), path)
     finally:
         dist.destroy_process_group()
 
@@ -201,6 +210,8 @@ def test_a_sharded_model_generates_gathered_and_is_resharded_after(tiny, prompts
     assert out["resharded"] and out["after"] == [False, False]
     assert out["ungathered"] == [out["tokens"]] * 2 and not any(out["ungathered_whole"])
     assert out["printed"].count("WARNING: the sharded model does not fit whole") == 1
+    assert {query for query, _ in out["masks"]} == {torch.bfloat16}
+    assert {mask for _, mask in out["masks"]} - {None, torch.bool} == {torch.bfloat16}
 
 
 def test_bfloat16_generation_runs(prompts):
