@@ -45,34 +45,8 @@ RANDOM_SHAPES = {
                           tie_word_embeddings=False),
 }
 
-# ChatML with a Qwen3-style tools block, for models whose own template cannot render `tools=`
-# (`tiny`; SmolLM2's GGUF template ignores tools). Tool results go back as one user turn of
-# <tool_response> blocks, as in Qwen3.
-CHAT_TEMPLATE = (
-    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
-    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
-    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
-    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
-    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
-    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
-    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'system' and loop.first %}"
-    "{%- elif message.role == 'tool' %}"
-    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
-    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') }}"
-    "{%- for call in message.tool_calls or [] %}{%- set fn = call.function or call %}"
-    "{{- '\\n<tool_call>\\n{\"name\": \"' + fn.name + '\", \"arguments\": ' + (fn.arguments if fn.arguments is string "
-    "else fn.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+# ChatML with a Qwen3-style tools block (Jinja, a file of its own), for models whose template cannot render `tools=`.
+CHAT_TEMPLATE = (Path(__file__).resolve().parent / "chat_template.jinja").read_text().rstrip("\n")
 
 
 class ModelLoadError(RuntimeError):
