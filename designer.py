@@ -376,7 +376,7 @@ def parse_hint(text: str) -> str:
     text = _without_thinking(after_thinking(text)).strip()
     value = json_or_text(_json_block(text) or "null")   # no block, or an empty one: null
     if isinstance(value, dict) and isinstance(value.get("hint"), str):
-        return value["hint"].strip()
+        return clean_text(value["hint"]).strip()   # JSON's "\ud800" is no text a tokenizer takes
     return text
 
 

@@ -413,6 +413,13 @@ def test_parse_hint_variants():
     assert designer.parse_hint("```json\n" + "[" * 5000 + "\n```") == "```json\n" + "[" * 5000 + "\n```"
 
 
+def test_a_hint_escaping_a_lone_surrogate_encodes_as_utf8():
+    # JSON lets "\\ud800" through as a lone surrogate, which the tokenizer refuses (TypeError): the hint
+    # goes into every hinted play's first prompt, so it must be text that encodes, as observations are.
+    hint = designer.parse_hint('```json\n{"hint": "Probe \\ud800 first."}\n```')
+    assert hint == "Probe \ufffd first." and hint.encode("utf-8")
+
+
 def test_hint_prompt_shows_the_code_and_differs_by_setting():
     game = designer.hint_messages("class AEnv: pass", GAMES)
     tool = designer.hint_messages("class AEnv: pass", TOOL_USE)
