@@ -205,7 +205,7 @@ def _manifest_skills(path: Path) -> dict[str, str]:
 
 
 def _distinct_ids(environments: list[Environment]) -> list[Environment]:
-    """Ids made printable (a pool's file names reach the terminal, the log and the report: their control
+    """Ids made printable and UTF-8 (a pool's file names reach the terminal, the log and the report: their control
     and bidirectional characters as escapes) and unique (plays are grouped by id): a second `game_0001`
     becomes `game_0001_2`.
 
@@ -214,7 +214,7 @@ def _distinct_ids(environments: list[Environment]) -> list[Environment]:
     """
     taken = set()
     for env in environments:
-        env.env_id, env.skill = printable(env.env_id), printable(env.skill)
+        env.env_id, env.skill = printable(clean_text(env.env_id)), printable(clean_text(env.skill))
         base, copies = env.env_id, 1
         while env.env_id in taken:
             copies += 1

@@ -15,6 +15,7 @@ import ast
 import hashlib
 import itertools
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -544,6 +545,18 @@ def test_a_lone_surrogate_in_a_pool_records_name_or_skill_is_replaced(tmp_path, 
     [env] = envs.load_pool(tmp_path / "pool.jsonl")
     assert env.env_id == "game\ufffd_spatial_reasoning" and env.skill == "Spatial\ufffd"
     env.env_id.encode("utf-8")
+
+
+def test_a_folder_pools_undecodable_file_name_or_lone_surrogate_manifest_skill_is_replaced(tmp_path):
+    # A file name that is not UTF-8 reads as lone surrogates (surrogateescape), as does a manifest's
+    # "\ud800": ids and skills are hashed (play_seeds), printed and tokenised, which all need UTF-8.
+    good = (ENV_DIR / "sonar_dig_spatial_reasoning.py").read_text()
+    (tmp_path / os.fsdecode(b"caf\xe9_spatial_reasoning.py")).write_text(good)
+    (tmp_path / "game_000000.py").write_text(good)
+    (tmp_path / "manifest.json").write_text(json.dumps([{"file_name": "game_000000.py", "skill": "Spatial\udfff"}]))
+    pool = envs.load_pool(tmp_path, validate=False)
+    assert [(e.env_id, e.skill) for e in pool] == [("caf\ufffd_spatial_reasoning", "Spatial Reasoning"),
+                                                   ("game_000000", "Spatial\ufffd")]
 
 
 def test_bad_bytes_a_byte_order_mark_or_a_broken_manifest_lose_only_what_is_bad(tmp_path, capsys):
