@@ -166,12 +166,13 @@ def parse(source, mode="exec"):
 # A one-line f-string literal (any prefix with f, either quote; an escape or any other character, never
 # both, so that a run of backslashes matches in one way only), and a replacement field in it.
 _FSTRING = re.compile(r"""(?<![\w'"])([rRbB]?[fF][rRbB]?)(['"])((?:\\.|(?!\2)[^\\])*)\2""")
+_TRIPLE_FSTRING = re.compile(r"""(?<![\w'"])([rRbB]?[fF][rRbB]?)('''|\"\"\")((?:\\.|(?!\2)[^\\])*)\2""", re.DOTALL)
 _FIELD = re.compile(r"(?<!\{)\{([^{}]*)\}(?!\})")
 
 
 def repair_braces(code, max_iterations=20):
-    """Double the braces of `{...}` fields that are not valid replacement fields, in the f-strings of
-    the line a SyntaxError names (METHOD.md 1.1's repair, up to 20 times).
+    """Double the braces of `{...}` fields that are not valid replacement fields, in the f-strings on
+    the line a SyntaxError names, triple-quoted ones over several lines too (METHOD.md 1.1's repair, up to 20 times).
 
     The common bug is an f-string that shows a command format: f"Reply \\boxed{move A 3}" is a
     syntax error; after repair it is f"Reply \\boxed{{move A 3}}". `{name}`, `{x!r}` and `{x:.2f}`
@@ -198,11 +199,14 @@ def repair_braces(code, max_iterations=20):
         except SyntaxError as error:
             lines = code.split("\n")
             line = lines[error.lineno - 1] if 0 < (error.lineno or 0) <= len(lines) else ""   # "": none named
-            fixed = _FSTRING.sub(repair, line)
-            if fixed == line:
+            start = len("\n".join(lines[:error.lineno - 1] + [""])) if line else 0   # where the line begins
+            fixed = code[:start] + _FSTRING.sub(repair, line) + code[start + len(line):]
+            if fixed == code and line:   # the line may lie in an f-string in triple quotes: repair those over it
+                fixed = _TRIPLE_FSTRING.sub(lambda m: repair(m) if m.start() < start + len(line) and m.end() > start
+                                            else m.group(), code)
+            if fixed == code:
                 return code
-            lines[error.lineno - 1] = fixed
-            code = "\n".join(lines)
+            code = fixed
     return code
 
 

@@ -107,6 +107,21 @@ def test_brace_repair_fixes_fstrings_and_leaves_the_rest(broken, repaired):
     ast.parse(repaired)
 
 
+def test_brace_repair_fixes_triple_quoted_fstrings_on_the_named_line_and_across_lines():
+    # A designer's observation text is often an f-string in triple quotes over several lines; the line the
+    # SyntaxError names is then inside it, with no f-prefix on it (METHOD.md 1.1: "the f-strings on the line").
+    broken = textwrap.dedent('''\
+        state = {}
+        say = f"""Reply \\boxed{move A 3} now"""
+        def observe(n):
+            return f"""Turn {n} of {len(state)}.
+        Reply \\boxed{move A 3} or \\boxed{open it}.
+        """''')
+    repaired = repair_braces(broken)
+    assert repaired == broken.replace("boxed{move A 3}", "boxed{{move A 3}}").replace("{open it}", "{{open it}}")
+    ast.parse(repaired)
+
+
 def test_brace_repair_leaves_code_it_cannot_fix():
     broken = textwrap.dedent("""\
         def f(:
