@@ -330,7 +330,7 @@ def audited(engine, tokenizer, validations, params):
         if not accepts(reply):
             tail = " ".join(reply.split())[-240:]
             validations[i] = replace(validations[i], ok=False, stage="audit",
-                                     error=f"the solvability audit says no: ...{tail}")
+                                     error=printable(f"the solvability audit says no: ...{tail}"))   # model text
     return validations
 
 

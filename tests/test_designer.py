@@ -404,6 +404,17 @@ def test_tool_use_audit_rejects_and_the_slot_tries_again(tokenizer):
     assert fake.calls == [1]
 
 
+def test_an_audit_rejection_quotes_the_reply_printable(tokenizer):
+    # The rejection's error quotes the model's reply and reaches the terminal (rejection_line): an escape
+    # sequence or a bidirectional control in it must show as text, as the gate's errors do.
+    from gate import Validation
+    fake = ScriptedDesignerEngine(tokenizer, {}, audit_answers=["\x1b[2J\x1b]0;pwned\x07 fake line\u202e \\boxed{no}"])
+    [verdict] = designer.audited(fake, tokenizer, [Validation(True, "passed", "", "AEnv", GOOD_TOOL)],
+                                 engine.SamplingParams())
+    assert verdict.stage == "audit" and "\\x1b[2J\\x1b]0;pwned\\x07" in verdict.error and "\\u202e" in verdict.error
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u202a-\u202e]", verdict.error)
+
+
 def test_parse_hint_variants():
     assert designer.parse_hint("  Keep the moisture in band.  ") == "Keep the moisture in band."
     assert designer.parse_hint("```json\n{\"hint\": \"Use sonar.\"}\n```") == "Use sonar."
