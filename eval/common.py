@@ -154,7 +154,7 @@ def read_jsonl(path, what: str) -> tuple[list[dict], int]:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):   # not JSON, or nested past the parser's depth
             bad.append(number)
             continue
         if isinstance(row, dict):

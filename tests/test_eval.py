@@ -130,6 +130,14 @@ def test_user_data_of_the_wrong_kind_is_one_sentence_or_a_skipped_row(tmp_path, 
         gpqa.load(tmp_path / "gpqa.csv")
 
 
+def test_a_user_data_line_nested_past_the_json_parsers_depth_is_a_skipped_line(tmp_path, capsys):
+    """json.loads raises RecursionError, not a decode error, on deep nesting: still one malformed line."""
+    (tmp_path / "deep.jsonl").write_text('{"question": "1+1", "answer": "2"}\n' + "[" * 100_000 + "\n")
+    problems, skipped = aime.load_jsonl(tmp_path / "deep.jsonl", 2026)
+    assert len(problems) == 1 and skipped == 1
+    assert "skipped 1 malformed line(s)" in capsys.readouterr().out
+
+
 def test_the_cpu_defaults_are_a_smoke_run_and_full_is_one_flag_away(capsys):
     smoke = run.options_from(run.parse_args(["--model", "tiny", "--suite", "games"]), on_gpu=False)
     assert (smoke.limit, smoke.samples, smoke.turns, smoke.max_new_tokens) == (1, 1, 1, 256)
