@@ -85,7 +85,12 @@ def unpickle_strings(data: bytes):
             raise pickle.UnpicklingError(f"test cases may not reference {module}.{name}")
 
     import io
-    return StringsOnly(io.BytesIO(data)).load()
+    try:
+        return StringsOnly(io.BytesIO(data)).load()
+    except pickle.UnpicklingError:
+        raise
+    except Exception as e:   # a cut or corrupted pickle: EOFError, OverflowError, MemoryError, ...
+        raise pickle.UnpicklingError(f"{type(e).__name__}: {e}") from None
 
 
 def decode_test_cases(field) -> list[dict]:

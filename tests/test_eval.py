@@ -138,6 +138,21 @@ def test_a_user_data_line_nested_past_the_json_parsers_depth_is_a_skipped_line(t
     assert "skipped 1 malformed line(s)" in capsys.readouterr().out
 
 
+def test_an_lcb_row_whose_packed_tests_are_a_broken_pickle_is_a_skipped_row(tmp_path, capsys):
+    """A cut or corrupted pickle raises EOFError, OverflowError, ... besides UnpicklingError: a bad row each."""
+    import base64
+    import pickle
+    import zlib
+    good = json.loads((FIXTURES / "lcb.jsonl").read_text().splitlines()[0])
+    blobs = [b"\x80\x04", b"\x80\x04\x95" + b"\xff" * 8 + pickle.dumps("[]")]   # cut; a frame of 2**64 - 1 bytes
+    rows = [dict(good, question_id=f"broken{i}", private_test_cases=base64.b64encode(zlib.compress(b)).decode())
+            for i, b in enumerate(blobs)]
+    (tmp_path / "lcb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [good, *rows]))
+    problems, skipped = livecodebench.load_lcb(tmp_path / "lcb.jsonl")
+    assert [p.id for p in problems] == [good["question_id"]] and skipped == 2
+    assert capsys.readouterr().out.count("warning: LiveCodeBench: skipping row") == 2
+
+
 def test_the_cpu_defaults_are_a_smoke_run_and_full_is_one_flag_away(capsys):
     smoke = run.options_from(run.parse_args(["--model", "tiny", "--suite", "games"]), on_gpu=False)
     assert (smoke.limit, smoke.samples, smoke.turns, smoke.max_new_tokens) == (1, 1, 1, 256)
