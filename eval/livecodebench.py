@@ -156,7 +156,8 @@ def lcb_problems(rows, where: str) -> tuple[list[Problem], int]:
     for i, row in enumerate(rows):
         try:
             problems.append(lcb_problem(row))
-        except (KeyError, ValueError, TypeError, AttributeError, zlib.error, pickle.UnpicklingError) as e:
+        except (KeyError, ValueError, TypeError, AttributeError, RecursionError, zlib.error,
+                pickle.UnpicklingError) as e:
             print(f"warning: LiveCodeBench: skipping row {i} of {where}: {type(e).__name__}: {e}")   # as a bad line
             skipped += 1
     return problems, skipped

@@ -153,6 +153,16 @@ def test_an_lcb_row_whose_packed_tests_are_a_broken_pickle_is_a_skipped_row(tmp_
     assert capsys.readouterr().out.count("warning: LiveCodeBench: skipping row") == 2
 
 
+def test_an_lcb_row_whose_tests_nest_past_the_json_parsers_depth_is_a_skipped_row(tmp_path, capsys):
+    """The test cases are JSON inside a JSON string: json.loads raises RecursionError on deep nesting."""
+    good = json.loads((FIXTURES / "lcb.jsonl").read_text().splitlines()[0])
+    rows = [good, dict(good, question_id="deep", public_test_cases="[" * 100_000)]
+    (tmp_path / "lcb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems, skipped = livecodebench.load_lcb(tmp_path / "lcb.jsonl")
+    assert [p.id for p in problems] == [good["question_id"]] and skipped == 1
+    assert "skipping row 1" in capsys.readouterr().out
+
+
 def test_the_cpu_defaults_are_a_smoke_run_and_full_is_one_flag_away(capsys):
     smoke = run.options_from(run.parse_args(["--model", "tiny", "--suite", "games"]), on_gpu=False)
     assert (smoke.limit, smoke.samples, smoke.turns, smoke.max_new_tokens) == (1, 1, 1, 256)
