@@ -136,7 +136,7 @@ def lcb_problem(row: dict) -> Problem:
     metadata = json.loads(row["metadata"]) if isinstance(row.get("metadata"), str) else (row.get("metadata") or {})
     reference = {"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests],
                  "fn_name": metadata.get("func_name"), "difficulty": row.get("difficulty"),
-                 "contest_date": datetime.fromisoformat(row["contest_date"])}
+                 "contest_date": datetime.fromisoformat(row["contest_date"]).replace(tzinfo=None)}  # the day written
     if not all(isinstance(x, str) for x in reference["inputs"] + reference["outputs"]):
         raise ValueError("a test's input or output is not a string")
     return Problem(str(row["question_id"]), lcb_messages(row["question_content"], row.get("starter_code")), reference)

@@ -286,6 +286,17 @@ def test_lcb_release_files_together_and_the_date_window(tmp_path, monkeypatch):
     assert options.paths["lcb"] == ["a.jsonl", "b.jsonl"] and options.date_window == ("2024-08-01", "2025-02-01")
 
 
+def test_lcb_date_window_takes_contest_dates_written_with_a_time_zone(tmp_path):
+    """An ISO date with an offset parses to an aware datetime, which the window's naive days cannot be
+    compared with: the day as written is the problem's contest day, as for one without an offset."""
+    good = json.loads((FIXTURES / "lcb.jsonl").read_text().splitlines()[0])
+    rows = [dict(good, question_id="utc", contest_date="2024-07-31T00:00:00+00:00"),
+            dict(good, question_id="zulu", contest_date="2024-08-02T00:00:00Z")]
+    (tmp_path / "lcb.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems, _ = livecodebench.load_lcb(tmp_path / "lcb.jsonl", ("2024-08-01", "2024-08-31"))
+    assert [p.id for p in problems] == ["zulu"]
+
+
 def test_lcb_without_files_loads_release_v6_from_the_hub_as_the_official(monkeypatch):
     """No network here: a stand-in for the `datasets` package records the call the official makes."""
     calls = []
