@@ -191,6 +191,8 @@ def load_release(window=None) -> tuple[list[Problem], int]:
         raise Unavailable(f"LiveCodeBench: {RELEASE} could not be loaded from the Hub ({type(e).__name__}: "
                           f"{str(e)[:200]}); pass --lcb-data test.jsonl ... test6.jsonl") from None
     problems, skipped = lcb_problems(rows, f"the Hub's {RELEASE}")
+    if not problems:
+        raise Unavailable(f"LiveCodeBench: the Hub's {RELEASE} holds no usable problem ({skipped} rows skipped)")
     return in_window(problems, window), skipped
 
 

@@ -315,6 +315,13 @@ def test_lcb_without_files_loads_release_v6_from_the_hub_as_the_official(monkeyp
         livecodebench.evaluate_lcb(None, None, Options())
 
 
+def test_lcb_from_the_hub_without_a_usable_row_is_one_sentence(monkeypatch, capsys):
+    """Rows the loader cannot read (a release in another format) and no --date-window: Unavailable, no traceback."""
+    monkeypatch.setitem(sys.modules, "datasets", SimpleNamespace(load_dataset=lambda name, **kwargs: [{}]))
+    with pytest.raises(Unavailable, match="LiveCodeBench: .*no usable problem"):
+        livecodebench.evaluate_lcb(None, None, Options())
+
+
 def test_lcb_extraction_is_the_official_last_python_block():
     block = livecodebench.last_python_block
     assert block("```python\nx = 1\n```\ntext\n```python\nx = 2\n```\nbye") == "x = 2"  # several blocks: the last
