@@ -29,7 +29,7 @@ def load_run(directory) -> dict:
     for path in sorted(directory.glob("*.json")):
         try:
             result = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):   # unreadable, not UTF-8 or JSON, nested past the parser
             result = None
         if _is_result(result):
             results[result["benchmark"]] = result
@@ -41,10 +41,11 @@ def load_run(directory) -> dict:
 
 
 def _is_result(result) -> bool:
-    """What eval.run writes: a benchmark and suite name, and columns of percentages."""
+    """What eval.run writes: a benchmark and suite name, columns of percentages, the model and any reason as text."""
     columns = result.get("columns") if isinstance(result, dict) else None
     return (isinstance(result, dict) and isinstance(result.get("benchmark"), str) and isinstance(result.get("suite"), str)
-            and isinstance(columns, dict) and all(type(v) in (int, float) for v in columns.values()))
+            and isinstance(columns, dict) and all(type(v) in (int, float) for v in columns.values())
+            and all(isinstance(result.get(k, ""), str) for k in ("model", "unavailable")))
 
 
 def columns_of(results: dict) -> dict:

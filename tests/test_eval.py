@@ -212,6 +212,20 @@ def test_the_table_leaves_out_a_file_that_is_not_a_result(tmp_path, capsys):
     assert capsys.readouterr().out.count("is not a benchmark result; left out") == 5
 
 
+def test_the_table_leaves_out_a_result_whose_fields_eval_run_never_writes(tmp_path, capsys):
+    """Nesting past the JSON parser's depth, or a model or reason that is not text (both are set members
+    in the table), is a file that is not a result: left out with the same warning, never a traceback."""
+    good = json.loads((FIXTURES / "runs" / "base" / "aime2025.json").read_text())
+    (tmp_path / "aime2025.json").write_text(json.dumps(good))
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    (tmp_path / "model.json").write_text(json.dumps(good | {"benchmark": "gpqa_diamond", "model": ["x"]}))
+    (tmp_path / "reason.json").write_text(json.dumps(good | {"benchmark": "aime2026", "unavailable": {"a": 1}}))
+    table.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert out.count("is not a benchmark result; left out") == 3
+    assert [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(good["model"])] == ["47.4"]
+
+
 # ---------------------------------------------------------------------------------------- GPQA
 
 
