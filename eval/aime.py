@@ -76,8 +76,8 @@ def problem_from_row(row: dict, index: int) -> Problem:
     """A JSONL row in either accepted shape as a Problem (KeyError names the missing field)."""
     if "prompt" in row:  # the SPADE authors' prepared format: the prompt is used as it is
         messages = row["prompt"] if isinstance(row["prompt"], list) else [{"role": "user", "content": row["prompt"]}]
-        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                   for m in messages):
+        if not messages or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                   and isinstance(m.get("content"), str) for m in messages):
             raise KeyError("prompt of chat messages")   # the caller's sentence names the shape
         return Problem(str(row.get("id", index)), messages, str(row["label"]))
     question = row["question"] if "question" in row else row["problem"]

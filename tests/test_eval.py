@@ -130,6 +130,13 @@ def test_user_data_of_the_wrong_kind_is_one_sentence_or_a_skipped_row(tmp_path, 
         gpqa.load(tmp_path / "gpqa.csv")
 
 
+def test_an_aime_row_with_an_empty_chat_is_one_sentence(tmp_path):
+    """A prompt of no messages has nothing for the chat template to render (transformers raises ValueError)."""
+    (tmp_path / "empty.jsonl").write_text('{"prompt": [], "label": "3"}\n')
+    with pytest.raises(Unavailable, match="row 0 of .*empty.jsonl has no 'prompt of chat messages' field"):
+        aime.load_jsonl(tmp_path / "empty.jsonl", 2026)
+
+
 def test_a_user_data_line_nested_past_the_json_parsers_depth_is_a_skipped_line(tmp_path, capsys):
     """json.loads raises RecursionError, not a decode error, on deep nesting: still one malformed line."""
     (tmp_path / "deep.jsonl").write_text('{"question": "1+1", "answer": "2"}\n' + "[" * 100_000 + "\n")
