@@ -145,7 +145,7 @@ def read_jsonl(path, what: str) -> tuple[list[dict], int]:
     if not path.is_file():
         raise Unavailable(f"{what}: the file {path} does not exist")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")   # a BOM is no part of the first row
     except (OSError, UnicodeDecodeError) as e:
         raise Unavailable(f"{what}: {path} cannot be read as UTF-8 text ({e})") from None
     rows, bad = [], []

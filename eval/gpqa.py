@@ -73,7 +73,7 @@ def load(path=None) -> list[Problem]:
     if not path.is_file():
         raise Unavailable(f"GPQA-Diamond: the file {path} does not exist")
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:   # a BOM is no part of a column name
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise Unavailable(f"GPQA-Diamond: {path} cannot be read as a CSV ({e})") from None

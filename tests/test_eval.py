@@ -130,6 +130,17 @@ def test_user_data_of_the_wrong_kind_is_one_sentence_or_a_skipped_row(tmp_path, 
         gpqa.load(tmp_path / "gpqa.csv")
 
 
+def test_a_user_data_file_that_starts_with_a_byte_order_mark_reads_as_one_without(tmp_path, capsys):
+    """Editors on Windows write a UTF-8 BOM: it is no part of the first row (a skipped problem) or column name."""
+    (tmp_path / "bom.jsonl").write_bytes(b'\xef\xbb\xbf{"question": "1+1", "answer": "2"}\n'
+                                         b'{"question": "2+2", "answer": "4"}\n')
+    assert [p.reference for p in aime.load_jsonl(tmp_path / "bom.jsonl", 2026)[0]] == ["2", "4"]
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbfQuestion,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,"
+                                       b"Incorrect Answer 3\nQ?,a,b,c,d\n")
+    assert len(gpqa.load(tmp_path / "bom.csv")) == 1
+    assert "warning" not in capsys.readouterr().out
+
+
 def test_an_aime_row_with_an_empty_chat_is_one_sentence(tmp_path):
     """A prompt of no messages has nothing for the chat template to render (transformers raises ValueError)."""
     (tmp_path / "empty.jsonl").write_text('{"prompt": [], "label": "3"}\n')
