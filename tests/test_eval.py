@@ -110,6 +110,14 @@ def test_missing_user_data_is_one_clear_sentence():
         livecodebench.evaluate_lcb(None, None, Options())
 
 
+def test_a_folder_given_for_a_data_file_is_called_a_folder(tmp_path):
+    """--lcb-data lcb/ (the dataset's folder, not its files) exists: "does not exist" would send the user astray."""
+    with pytest.raises(Unavailable, match=f"LiveCodeBench: {tmp_path} is a folder, not a file"):
+        livecodebench.load_lcb([tmp_path])
+    with pytest.raises(Unavailable, match=f"GPQA-Diamond: {tmp_path} is a folder, not a file"):
+        gpqa.load(tmp_path)
+
+
 def test_user_data_of_the_wrong_kind_is_one_sentence_or_a_skipped_row(tmp_path, capsys):
     (tmp_path / "latin1.jsonl").write_bytes(b'\xff\xfe{"question": "1+1", "answer": "2"}\n')
     with pytest.raises(Unavailable, match="cannot be read as UTF-8 text"):
