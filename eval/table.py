@@ -41,10 +41,11 @@ def load_run(directory) -> dict:
 
 
 def _is_result(result) -> bool:
-    """What eval.run writes: a benchmark and suite name, columns of percentages, the model and any reason as text."""
+    """What eval.run writes: a benchmark and suite name, columns of percents (0 to 100), the model and any reason
+    as text."""
     columns = result.get("columns") if isinstance(result, dict) else None
     return (isinstance(result, dict) and isinstance(result.get("benchmark"), str) and isinstance(result.get("suite"), str)
-            and isinstance(columns, dict) and all(type(v) in (int, float) for v in columns.values())
+            and isinstance(columns, dict) and all(type(v) in (int, float) and 0 <= v <= 100 for v in columns.values())
             and all(isinstance(result.get(k, ""), str) for k in ("model", "unavailable")))
 
 

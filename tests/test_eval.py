@@ -252,6 +252,20 @@ def test_the_table_leaves_out_a_result_whose_fields_eval_run_never_writes(tmp_pa
     assert [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(good["model"])] == ["47.4"]
 
 
+def test_the_table_leaves_out_a_result_whose_cell_is_no_percent(tmp_path, capsys):
+    """A cell is a percent: NaN, 1e400 (infinity) or an integer too large for a float (whose mean raised
+    OverflowError) is a file eval.run never writes, left out with the usual warning."""
+    good = json.loads((FIXTURES / "runs" / "base" / "aime2025.json").read_text())
+    (tmp_path / "aime2025.json").write_text(json.dumps(good))
+    for name, value in [("gpqa_diamond", "NaN"), ("humaneval", "1e400"), ("rg_hard", "1" + "0" * 400)]:
+        cell = f'"columns": {{"X": {value}}}'
+        (tmp_path / f"{name}.json").write_text(f'{{"benchmark": "{name}", "suite": "games", {cell}}}')
+    table.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert out.count("is not a benchmark result; left out") == 3
+    assert [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(good["model"])] == ["47.4"]
+
+
 # ---------------------------------------------------------------------------------------- GPQA
 
 
