@@ -109,14 +109,18 @@ def flag(knob):
 def resumed_config(program, given):
     """--resume: the run's saved config, with what program.RESUMABLE lets a command line change (more
     --steps extend it; --wandb holds for this invocation only). Any other flag that changes the config is
-    refused in one sentence, as is a saved config of another version's knobs or of a setting this program
-    lacks."""
+    refused in one sentence, as is a saved config of another version's knobs, of a value of another type
+    or of a setting this program lacks."""
     Config, resumable = program.Config, program.RESUMABLE
     latest, pointer = Path(given["resume"]) / "latest", read_pointer(given["resume"])
     stored = {**pointer["config"], "wandb": False}
-    unknown = sorted(set(stored) - {f.name for f in dataclasses.fields(Config)})
+    types = {f.name: f.type for f in dataclasses.fields(Config)}   # a float knob may be written as an int
+    unknown = sorted(set(stored) - set(types))
     if unknown:
         raise SystemExit(f"spade.py: {latest} was written by another version of spade.py (its knobs {unknown})")
+    bad = next((k for k, v in stored.items() if type(v) is not types[k] and (types[k], type(v)) != (float, int)), None)
+    if bad:
+        raise SystemExit(f"spade.py: {latest} is not a checkpoint pointer: its {bad} is no {types[bad].__name__}")
     if stored.get("setting", Config.setting) not in program.SETTINGS:   # a fork's, such as the toy's
         raise SystemExit(f"spade.py: {given['resume']} is a run of the setting {stored['setting']!r}, which only "
                          f"its own program defines (the toy's: python -m toy --resume {given['resume']})")

@@ -259,6 +259,24 @@ def test_a_resumed_run_keeps_its_config_and_may_run_longer(tmp_path):
         parse_config(["--resume", str(tmp_path), "--steps", "4"])
 
 
+def test_a_saved_config_whose_knob_has_the_wrong_type_is_one_sentence(tmp_path):
+    """A run directory is data: a `latest` whose config gives a knob a value of another type (a string of
+    steps, a null model, a list setting, true as a count) is refused in one sentence naming the knob, not a
+    TypeError or AttributeError from deep in derive() or the layers."""
+    from spade import configure, parse_config
+    saved = dataclasses.asdict(configure(dict(model="tiny", steps=2)))
+    fake_checkpoint(tmp_path)
+    for knob, value in [("steps", "4"), ("model", None), ("setting", ["games"]), ("num_envs", True),
+                        ("plateau_band", 3), ("rlve", "no"), ("corpus", 3)]:
+        (tmp_path / "latest").write_text(json.dumps({"version": checkpoint.VERSION, "checkpoint": "ckpt-00002",
+                                                     "step": 2, "config": {**saved, knob: value}}))
+        with pytest.raises(SystemExit, match=f"spade.py: .*latest is not a checkpoint pointer: its {knob} is"):
+            parse_config(["--resume", str(tmp_path), "--steps", "4"])
+    (tmp_path / "latest").write_text(json.dumps({"version": checkpoint.VERSION, "checkpoint": "ckpt-00002",
+                                                 "step": 2, "config": {**saved, "lr": 1}}))   # an int is a float
+    assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).lr == 1
+
+
 def test_a_resume_of_a_run_that_has_no_checkpoint_yet_names_the_process_that_holds_it(tmp_path):
     from harness import checkpoint
     from spade import parse_config
