@@ -268,9 +268,10 @@ def main(argv, parse_config, settings):
                         help="one GPU's memory as torch reports it, GiB (default 79.2: an 80 GB H100)")
     parser.add_argument("--node-gpus", type=int, default=None, help="GPUs of one node (default: all of them)")
     args, knobs = parser.parse_known_args(argv)
-    if args.gpus < 1 or args.gpu_gib <= RESERVED / GiB or (args.node_gpus and args.gpus % args.node_gpus):
-        raise SystemExit("spade.py plan: --gpus must be positive, --node-gpus divide it, and --gpu-gib exceed "
-                         f"the {RESERVED / GiB:.0f} GiB a GPU keeps for CUDA")
+    if (args.gpus < 1 or not RESERVED / GiB < args.gpu_gib < 2**30   # nan and inf are no size
+            or args.node_gpus is not None and (args.node_gpus < 1 or args.gpus % args.node_gpus)):
+        raise SystemExit("spade.py plan: --gpus must be positive, --node-gpus divide it, and --gpu-gib be a number "
+                         f"of GiB over the {RESERVED / GiB:.0f} GiB a GPU keeps for CUDA")
     cfg = parse_config(knobs)
     engine = "hf" if cfg.engine == "hf" else "vllm"   # auto: vLLM, as requirements-gpu.txt installs it
     chosen = fitting(cfg, settings[cfg.setting], engine, args.gpus, int(args.gpu_gib * GiB), args.node_gpus)

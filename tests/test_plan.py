@@ -232,3 +232,13 @@ def test_the_gpu_check_fits_ten_minutes_and_refuses_a_driver_older_than_cuda_13(
     assert old.returncode == 1 and old.stdout.splitlines()[-1] == (
         "gpu_check.sh: NVIDIA driver 550.54.15; torch 2.14.0+cu130 and vLLM 0.33 need CUDA 13, which needs driver "
         "580 or newer")
+
+
+@pytest.mark.parametrize("given", [["--gpu-gib", "nan"], ["--gpu-gib", "inf"], ["--gpu-gib", "1e300"],
+                                   ["--node-gpus", "0"], ["--node-gpus", "-1"]])
+def test_a_plan_of_gpus_that_cannot_be_is_one_sentence(given):
+    """`spade.py plan` of a GPU size that is no number of bytes (nan, inf, beyond a float's range once in
+    bytes) or of nodes of no GPUs is the one sentence of its flags, not a ValueError, OverflowError or
+    IndexError from the arithmetic (--node-gpus 0 is no node, not "all of them")."""
+    with pytest.raises(SystemExit, match=r"^spade.py plan: --gpus must be positive, --node-gpus divide it"):
+        spade.main(["plan", "--model", "Qwen3-8B", *given])
