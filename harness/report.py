@@ -381,15 +381,14 @@ def main(argv=None):
         return print(usage)
     if not argv or any(a.startswith("-") for a in argv):
         raise SystemExit(usage)
-    if len(argv) > 1:
-        (Path(argv[0]) / "report").mkdir(exist_ok=True)
-        return print(f"report: {plot_runs(argv, Path(argv[0]) / 'report' / 'runs.png')}")
-    metrics, samples, rejected, plays = read_run(argv[0])
+    metrics, samples, rejected, plays = read_run(argv[0])   # several runs: their picture goes in the first's report/
     out = Path(argv[0]) / "report"
     try:
         out.mkdir(exist_ok=True)
     except OSError as e:
         raise SystemExit(f"report: cannot write {out}: {e.strerror or e}")
+    if len(argv) > 1:
+        return print(f"report: {plot_runs(argv, out / 'runs.png')}")
     import matplotlib.pyplot as plt
     plt.close(plot_curriculum(metrics, out / "curriculum.png", no_valid_note(metrics, samples)))
     write_html(argv[0], metrics, samples, rejected, out / "index.html", plays)

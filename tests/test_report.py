@@ -59,6 +59,18 @@ def test_two_runs_in_one_picture(tmp_path, capsys):
         report.main([str(tmp_path / "learn"), str(tmp_path / "control")])
 
 
+def test_two_runs_whose_first_is_no_run_directory_is_one_sentence(tmp_path):
+    # The picture of several runs goes in the first one's report/: a first that is missing or a file is the
+    # sentence of a directory that is no run, not a FileNotFoundError from making report/ in it.
+    (tmp_path / "control").mkdir()
+    (tmp_path / "control" / "metrics.jsonl").write_text(json.dumps({"step": 0, "agent/reward": 0.1}) + "\n")
+    (tmp_path / "a-file").write_text("")
+    for first in ("missing", "a-file"):
+        with pytest.raises(SystemExit, match=f"^report: .*{first} has no metrics.jsonl"):
+            report.main([str(tmp_path / first), str(tmp_path / "control")])
+    assert not (tmp_path / "missing").exists()
+
+
 def test_a_resume_forgets_what_the_steps_after_its_checkpoint_wrote(tmp_path):
     log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=10, regen_interval=4))
     for step in range(5):
