@@ -97,9 +97,10 @@ class Config:
               for k in ("num_envs", "steps", "regen_interval", "max_turns", "max_new_tokens")],
             (self.save_every < 0, "--save-every must be 0 (no checkpoint) or positive"),
             (self.max_context < 1024, "--max-context must be at least 1024 tokens (a prompt and a turn)"),
-            (not (self.temperature > 0 and 0 < self.top_p <= 1 and self.top_k >= 0),
-             "sampling needs --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0 (0: off)"),
-            (not (self.lr >= 0 and self.kl_coef >= 0), "--lr and --kl-coef must be at least 0 (--lr 0: a control)"),
+            (not (0 < self.temperature < float("inf") and 0 < self.top_p <= 1 and self.top_k >= 0),
+             "sampling needs a finite --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0 (0: off)"),
+            (not (0 <= self.lr < float("inf") and 0 <= self.kl_coef < float("inf")),
+             "--lr and --kl-coef must be at least 0 and finite (--lr 0: a control)"),
             (not 0 <= self.seed < 2**63, "--seed must be in [0, 2**63)"),
             (self.plateau() is None, f"--plateau-band must be lo,hi,ramp with 0 <= lo < hi <= 1 and ramp > 0, "
                                      f"not {self.plateau_band!r}"),

@@ -210,6 +210,10 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     (["--steps", "-1"], "spade.py: --steps must be positive"), (["--engine", "x"], "--engine must be one of auto,"),
     (["--kl-coef", "-1"], "--lr and --kl-coef must be at least 0"), (["--seed", str(2**64)], "--seed must be in"),
     (["--rlve", "--setting", "tool_use"], "--rlve is a baseline of the games setting"),
+    # infinity is no rate: --lr inf makes the weights nan in the first update, --temperature inf samples uniformly
+    (["--lr", "inf"], "--lr and --kl-coef must be at least 0 and finite"),
+    (["--kl-coef", "inf"], "--lr and --kl-coef must be at least 0 and finite"),
+    (["--temperature", "inf"], "a finite --temperature > 0"),
 ])
 def test_a_knob_out_of_its_range_is_one_sentence_before_anything_loads(args, message):
     from spade import parse_config
