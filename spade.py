@@ -96,6 +96,7 @@ class Config:
             *[(getattr(self, k) < 1, f"{cli.flag(k)} must be positive")
               for k in ("num_envs", "steps", "regen_interval", "max_turns", "max_new_tokens")],
             (self.save_every < 0, "--save-every must be 0 (no checkpoint) or positive"),
+            (not self.out, "--out must name the run's directory (\"\" would be the working one)"),
             (self.max_context < 1024, "--max-context must be at least 1024 tokens (a prompt and a turn)"),
             (not (0 < self.temperature < float("inf") and 0 < self.top_p <= 1 and self.top_k >= 0),
              "sampling needs a finite --temperature > 0, 0 < --top-p <= 1 and --top-k >= 0 (0: off)"),

@@ -214,6 +214,7 @@ def test_bad_arguments_fail_with_one_sentence(args, message, tmp_path):
     (["--lr", "inf"], "--lr and --kl-coef must be at least 0 and finite"),
     (["--kl-coef", "inf"], "--lr and --kl-coef must be at least 0 and finite"),
     (["--temperature", "inf"], "a finite --temperature > 0"),
+    (["--out", ""], "--out must name the run's directory"),   # not the working one ("" is "."), made 0700
 ])
 def test_a_knob_out_of_its_range_is_one_sentence_before_anything_loads(args, message):
     from spade import parse_config
