@@ -215,7 +215,8 @@ def read_run(run_dir):
         nonlocal skipped
         records = []
         for path in sorted((run_dir / "samples").glob(f"step_*/{name}")):
-            value = _json(path.read_text(errors="replace")) if path.parent.name[5:].isdecimal() else None
+            mine = path.parent.name[5:].isdecimal() and path.is_file()   # a folder of that name is no record
+            value = _json(path.read_text(errors="replace")) if mine else None
             found = [value] if one_a_file else value if type(value) is list else [None]
             kept = [dict(r, step=int(path.parent.name[5:])) for r in found if _as_written(r, fields)]
             skipped += len(found) - len(kept)

@@ -102,6 +102,17 @@ def test_the_report_of_a_run_cut_short_skips_what_it_cannot_read(tmp_path, capsy
         report.main([str(tmp_path)])
 
 
+def test_a_folder_where_a_dumped_record_goes_is_skipped_and_counted(tmp_path, capsys):
+    # A run directory is data: a folder named as a step's dumped file (game_*.json, rejected.json) is no
+    # record, skipped and counted as one a kill cut short, not an IsADirectoryError.
+    log = report.Log(tmp_path, SimpleNamespace(wandb=False, steps=10, regen_interval=4))
+    log.step({"step": 0, "seconds": 1.0, "agent/reward": 0.5})
+    for name in ("game_00000_000_x.json", "rejected.json"):
+        (tmp_path / "samples" / "step_00000" / name).mkdir(parents=True)
+    report.main([str(tmp_path)])
+    assert "skipped 2 lines, files or records" in capsys.readouterr().out
+
+
 def test_the_command_line_says_how_to_use_it(tmp_path, capsys):
     report.main(["--help"])
     assert capsys.readouterr().out.startswith("usage: python spade.py report out/<run>")
