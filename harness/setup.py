@@ -141,7 +141,8 @@ def load_trainer(cfg, checkpoint, device, world, step=0, chosen=None):
     compute = torch.bfloat16 if device == "cuda" else None
     load = (lambda name: models.load_sharded(name, compute_dtype=compute)) if sharded else models.load_model
     from safetensors import SafetensorError   # a truncated weights file
-    problems = (OSError, ValueError, models.ModelLoadError, SafetensorError)   # one sentence each, no trace
+    # one sentence each, no trace; transformers' TypeError, AttributeError, RuntimeError: files that are no model's
+    problems = (OSError, ValueError, TypeError, AttributeError, RuntimeError, models.ModelLoadError, SafetensorError)
     try:
         model, tokenizer = load(str(checkpoint / "model") if checkpoint else cfg.model)
     except problems as e:

@@ -249,6 +249,21 @@ def test_a_checkpoint_without_its_optimizer_or_with_a_memory_of_another_shape_is
             checkpoint.restore(tmp_path / "ckpt-00002", model, optimizer, EnvMemory(tmp_path / "memory.json"), 0)
 
 
+@pytest.mark.parametrize("damage", [("config.json", lambda text: "[]"), ("tokenizer_config.json", lambda text: "[]"),
+                                    ("config.json", lambda text: text.replace('"hidden_size": 128', '"hidden_size": 256'))])
+def test_a_checkpoint_whose_model_files_are_not_a_models_is_one_sentence(tmp_path, damage):
+    """A resume reads the checkpoint's model/ as data: a config that is no mapping, a tokenizer config that
+    is none, or a shape its weights do not have (transformers' TypeError, AttributeError, RuntimeError) is
+    the sentence of a checkpoint that cannot be read, naming those kept, not a traceback."""
+    from harness import setup
+    from spade import configure
+    saved_run(tmp_path, [2, 4])
+    path = tmp_path / "ckpt-00004" / "model" / damage[0]
+    path.write_text(damage[1](path.read_text()))
+    with pytest.raises(SystemExit, match=r"ckpt-00004 cannot be read \(\w+Error: .*ckpt-00002, ckpt-00004$"):
+        setup.load_trainer(configure(dict(model="tiny")), tmp_path / "ckpt-00004", "cpu", 1, step=4)
+
+
 def test_a_disk_too_full_for_a_checkpoint_keeps_the_last_good_one(tmp_path):
     save = saved_run(tmp_path, [2])
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
