@@ -84,7 +84,7 @@ def set_up(cfg, setting):
         state = restore(checkpoint, model, optimizer, memory, rank)
         log.rewind(state["step"])
         log.print(f"resumed {run_dir} at step {state['step']} from {checkpoint.name}")
-        if state["step"] == pointer["config"]["steps"] and not (cfg.pool or cfg.rlve):
+        if state["step"] == pointer["config"].get("steps") and not (cfg.pool or cfg.rlve):   # a config may lack it
             log.print("extending a finished run: its last step scored the open epoch early (METHOD.md 6.2), "
                       "so it trains no designer samples until its next regen step")
     elif memory is not None and not memory.records:

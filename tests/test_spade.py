@@ -282,6 +282,18 @@ def test_a_saved_config_whose_knob_has_the_wrong_type_is_one_sentence(tmp_path):
     assert parse_config(["--resume", str(tmp_path), "--steps", "4"]).lr == 1
 
 
+def test_a_saved_config_without_steps_resumes(tmp_path):
+    # A config of another version may lack a knob (its default then holds, as the layers give it): --steps
+    # too, which the set-up reads back to tell whether a finished run is extended; no KeyError there.
+    result = spade(*FAST, "--steps", "1", "--out", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    latest = json.loads((tmp_path / "r" / "latest").read_text())
+    del latest["config"]["steps"]
+    (tmp_path / "r" / "latest").write_text(json.dumps(latest))
+    result = spade("--resume", str(tmp_path / "r"), "--steps", "2")
+    assert result.returncode == 0 and f"resumed {tmp_path / 'r'} at step 1" in result.stdout, result.stderr[-3000:]
+
+
 def test_a_resume_of_a_run_that_has_no_checkpoint_yet_names_the_process_that_holds_it(tmp_path):
     from harness import checkpoint
     from spade import parse_config
