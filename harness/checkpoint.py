@@ -11,10 +11,11 @@ process holds a run directory (`claim`); a pointer or checkpoint that cannot be 
 full to write one, is one sentence that names what is kept.
 
 A run directory may have been written by someone else (a shared file system, a downloaded run): a resume
-reads it as data. The pointer names a ckpt-<step> folder of the run's own, holding no link; `state.pt` and
-8-bit moments are read with torch.load's weights_only, which builds tensors, plain values and, by name, the
-loop state's classes (`_state_classes`); torch.distributed.checkpoint's `.metadata` is unpickled with its
-own classes alone (`_data_reader`). Anything else in them is one sentence, never code run.
+reads it as data. The pointer names a ckpt-<step> folder of the run's own, and the run directory holds no
+link (what a resume writes there never lands elsewhere); `state.pt` and 8-bit moments are read with
+torch.load's weights_only, which builds tensors, plain values and, by name, the loop state's classes
+(`_state_classes`); torch.distributed.checkpoint's `.metadata` is unpickled with its own classes alone
+(`_data_reader`). Anything else in them is one sentence, never code run.
 """
 import contextlib
 import dataclasses
@@ -186,6 +187,9 @@ def read_pointer(run_dir):
             or any(p.is_symlink() for p in folder.rglob("*"))):
         raise SystemExit(f"spade.py: {latest} names {printable(pointer['checkpoint'][:100])!r}, which is not a "
                          f"checkpoint of {run_dir} (a ckpt-<step> folder of its own, holding no link); {_kept(run_dir)}")
+    link = next((p for p in run_dir.rglob("*") if p.is_symlink()), None)   # what a resume writes lands on its target
+    if link:
+        raise SystemExit(f"spade.py: {run_dir} holds a link ({printable(link.name)!r}); a resume writes through none")
     missing = [name for name in ("model", "state.pt", "env_memory.json", "optimizer")
                if not (folder / name).exists()]
     if missing:

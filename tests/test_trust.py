@@ -98,6 +98,21 @@ def test_a_pointer_to_a_checkpoint_elsewhere_is_refused(tmp_path, where):
         checkpoint.read_pointer(tmp_path / "run")
 
 
+@pytest.mark.parametrize("link", ["config.json", ".latest.tmp", "samples/step_00002"])
+def test_a_run_directory_holding_a_link_is_not_resumed(tmp_path, link):
+    """A resume writes in the run directory (config.json, metrics.jsonl, the next pointer by way of
+    .latest.tmp, the steps' samples): a link there, made by whoever wrote the directory, would have those
+    writes land on its target (a linked config.json's would get the config). Refused in one sentence
+    naming it, before anything is written."""
+    saved_run(tmp_path / "run", [2])
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "run" / link).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "run" / link).symlink_to(victim / "file" if "." in link else victim)
+    with pytest.raises(SystemExit, match=rf"^spade.py: .*run holds a link \({re.escape(repr(Path(link).name))}\)"):
+        checkpoint.read_pointer(tmp_path / "run")
+
+
 def test_the_loop_state_reads_back_as_it_was_saved(tmp_path):
     """Every class the loop state holds comes back through weights_only (checkpoint._state_classes)."""
     episode = agent.Episode("g", "Optimization", True, 3, reward=1.0, status="terminated").outcome()
