@@ -12,7 +12,8 @@ each turn's generated tokens as the engine returned them (mask 1, with their log
 then the template delta of the messages that follow (mask 0), rendered after a placeholder turn. In
 thinking mode (METHOD.md 4.2) every turn's prompt is the transcript rendered again, and every turn is a
 training sequence of its own (`Episode.turns`). A SandboxError ends its episode with reward -1; the
-FAILED plays (all but step() raising, `_end_on_error`) are marked for the loop to drop (METHOD.md 3.3).
+FAILED plays (all but step() raising, `_end_on_error`; and a play whose messages the chat template refuses)
+are marked for the loop to drop (METHOD.md 3.3).
 """
 import contextlib
 import hashlib
@@ -24,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+import jinja2
 from tqdm import tqdm
 
 import sandbox
@@ -52,10 +54,11 @@ class Episode:
     reward: float = 0.0                   # clip(last step reward, -1, 1) if terminated, else 0; -1 on error
     status: str = "running"               # "terminated" | "truncated" | "error" once play() returns
     num_turns: int = 0                    # assistant turns generated
-    error: str | None = None              # "<SandboxError kind>: <message>" when status == "error"
-    failed: bool = False                  # a FAILED play (hang, crash, load/reset or tool failure): drop it
+    error: str | None = None              # "<SandboxError kind or template>: <message>" when status == "error"
+    failed: bool = False                  # a FAILED play (hang, crash, load/reset, tool or template failure): drop it
     hung: bool = False                    # its environment's load, reset or step ran past the deadline
-    messages: list[dict] = field(default_factory=list)     # chat transcript (ends with the last observation, or the reply that ended the play)
+    # The chat transcript: it ends with the last observation, or with the reply that ended the play.
+    messages: list[dict] = field(default_factory=list)
     num_generated_tokens: int = 0
     # Thinking mode: per turn (tokens, loss_mask, logprobs), the re-rendered prompt then the reply;
     # tokens, loss_mask and logprobs above then stay empty.
@@ -266,15 +269,28 @@ def _add_prompts(tokenizer, live, end_texts=None):
     prompt: the first prompt of every episode, and in thinking mode every turn's (the template drops the
     thinking of earlier turns), which replaces the last. What would not fit in max_context ends its
     episode truncated instead and is kept nowhere (METHOD 4.1): no sequence grows past it."""
-    texts = [chat.delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts) if end_texts
-             else chat.render(tokenizer, p.episode.messages, p.tools, True, p.thinking) for p in live]
-    for p, token_ids in zip(live, chat.encode(tokenizer, texts)):
+    texts = {id(p): _rendered(tokenizer, p, end_texts) for p in live}
+    live = [p for p in live if texts[id(p)] is not None]
+    for p, token_ids in zip(live, chat.encode(tokenizer, [texts[id(p)] for p in live])):
         if (0 if p.thinking else len(p.episode.tokens)) + len(token_ids) > p.max_context:
             _end(p, "truncated")
         elif p.thinking:
             p.prompt = token_ids
         else:
             _extend(p.sequence(), token_ids, 0)
+
+
+def _rendered(tokenizer, p, end_texts):
+    """`_add_prompts`' text of one play; None where the chat template refuses its messages, a FAILED play (a
+    template's raise_exception on what the environment wrote: Qwen3.5's "No user query found" when every user
+    message reads as a tool response, say), which ends it and not the run."""
+    try:
+        if end_texts:
+            return chat.delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts)
+        return chat.render(tokenizer, p.episode.messages, p.tools, True, p.thinking)
+    except jinja2.TemplateError as e:
+        _end(p, "error", -1.0, f"template: the chat template refused the play's messages ({e})")
+        p.episode.failed = True
 
 
 # ---- the batched loop -----------------------------------------------------------------------------

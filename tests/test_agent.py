@@ -6,6 +6,7 @@ and real models (the random `tiny` one here, SmolLM2-135M in the slow test), whi
 plumbing runs and the invariants hold, not that they win. Environments are the two examples of
 METHOD.md 1.4 (tests/fixtures/examples, as in test_sandbox.py).
 """
+import copy
 import io
 import pathlib
 import re
@@ -188,6 +189,29 @@ def test_no_eos_and_context_cap_truncate(tokenizer):
     [episode] = play([example("vault_dial")], short, tokenizer, 1, params=PARAMS, max_context=prompt_length + 64 + 30, max_turns=25)
     assert short.calls[0] == (1, 30)                                 # budget = context left - 64
     assert len(short.calls) == 1 and episode.status == "truncated"   # the observation used up the rest
+
+
+REFUSED = """
+class RefusedEnv:
+    def reset(self, seed=None):
+        return "Say anything.", {}
+    def step(self, action):
+        return "REFUSE", 0.0, False, False, {}
+"""
+
+
+def test_a_chat_template_that_refuses_a_plays_messages_fails_that_play_only(tokenizer):
+    # Some chat templates raise on message shapes they do not expect (Qwen3.5's "No user query found in
+    # messages"); environment text can produce one. That play ends FAILED (dropped), the others go on.
+    strict = copy.deepcopy(tokenizer)
+    strict.chat_template = ("{%- for m in messages %}{%- if 'REFUSE' in m.content %}{{ raise_exception('no query') }}"
+                            "{%- endif %}{%- endfor %}" + tokenizer.chat_template)
+    scripted = ScriptedEngine(strict, lambda prompt: "\\boxed{probe A 1}")
+    refused, played = play([Environment("refused", "Logical Deduction", REFUSED), example("vault_dial")], scripted,
+                           strict, 1, params=PARAMS, max_turns=3)
+    assert (refused.status, refused.failed, refused.reward, refused.num_turns) == ("error", True, -1.0, 1)
+    assert refused.error.startswith("template: the chat template refused the play's messages (no query")
+    assert (played.status, played.failed, played.num_turns) == ("truncated", False, 3)
 
 
 FLOOD = """
