@@ -289,6 +289,8 @@ def _rendered(tokenizer, p, end_texts):
             return chat.delta_text(tokenizer, p.episode.messages, len(p.new_messages), p.tools, end_texts)
         return chat.render(tokenizer, p.episode.messages, p.tools, True, p.thinking)
     except jinja2.TemplateError as e:
+        if type(e) is not jinja2.TemplateError:   # a broken template (its syntax, an undefined name): the run's
+            raise
         _end(p, "error", -1.0, f"template: the chat template refused the play's messages ({e})")
         p.episode.failed = True
 

@@ -171,7 +171,8 @@ def _token_loss_sweep(hidden, weight, targets, token_loss, temperature, sweep, n
         lse, picked = torch.empty(2, h.shape[0], device=h.device, dtype=torch.float32)
         _row_lse(z, tgt, lse, picked, V, 1.0 / temperature, sweep.block_v, sweep.num_warps)
         logprobs[rows] = chunk_logprobs = torch.where(tgt >= 0, picked - lse, 0.0)
-        if token_loss is None:
+        if token_loss is None:   # the log-probs alone; this chunk's logits freed before the next one's
+            del z
             continue
         chunk_loss, upstream = _chunk_upstream(token_loss, chunk_logprobs, rows)
         loss = loss + chunk_loss

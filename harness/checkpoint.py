@@ -12,7 +12,7 @@ full to write one, is one sentence that names what is kept.
 
 A run directory may have been written by someone else (a shared file system, a downloaded run): a resume
 reads it as data. The pointer names a ckpt-<step> folder of the run's own, and the run directory holds no
-link (what a resume writes there never lands elsewhere); `state.pt` and 8-bit moments are read with
+link inside it (what a resume writes there never lands elsewhere); `state.pt` and 8-bit moments are read with
 torch.load's weights_only, which builds tensors, plain values and, by name, the loop state's classes
 (`_state_classes`); torch.distributed.checkpoint's `.metadata` is unpickled with its own classes alone
 (`_data_reader`). Anything else in them is one sentence, never code run.

@@ -141,11 +141,12 @@ def load_trainer(cfg, checkpoint, device, world, step=0, chosen=None):
     compute = torch.bfloat16 if device == "cuda" else None
     load = (lambda name: models.load_sharded(name, compute_dtype=compute)) if sharded else models.load_model
     from safetensors import SafetensorError   # a truncated weights file
-    # one sentence each, no trace; transformers' TypeError, AttributeError, RuntimeError: files that are no model's
-    problems = (OSError, ValueError, TypeError, AttributeError, RuntimeError, models.ModelLoadError, SafetensorError)
+    problems = (OSError, ValueError, models.ModelLoadError, SafetensorError)   # one sentence each, no trace
     try:
         model, tokenizer = load(str(checkpoint / "model") if checkpoint else cfg.model)
-    except problems as e:
+    except (torch.OutOfMemoryError, torch.distributed.DistError):   # the machine's, not the files'
+        raise
+    except (*problems, TypeError, AttributeError, RuntimeError) as e:   # transformers' of files that are no model's
         raise damaged(checkpoint, e) if checkpoint else SystemExit(f"spade.py: {e}") from None
     try:
         ref_model = kl_reference(cfg, model, resumed=checkpoint is not None, sharded=sharded,

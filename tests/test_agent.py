@@ -8,6 +8,7 @@ METHOD.md 1.4 (tests/fixtures/examples, as in test_sandbox.py).
 """
 import copy
 import io
+import jinja2
 import pathlib
 import re
 import sys
@@ -212,6 +213,9 @@ def test_a_chat_template_that_refuses_a_plays_messages_fails_that_play_only(toke
     assert (refused.status, refused.failed, refused.reward, refused.num_turns) == ("error", True, -1.0, 1)
     assert refused.error.startswith("template: the chat template refused the play's messages (no query")
     assert (played.status, played.failed, played.num_turns) == ("truncated", False, 3)
+    strict.chat_template = "{%- for m in messages %}{{ m.content }"   # a broken template is the run's own
+    with pytest.raises(jinja2.TemplateSyntaxError):
+        play([example("vault_dial")], scripted, strict, 1, params=PARAMS, max_turns=3)
 
 
 FLOOD = """

@@ -133,6 +133,17 @@ def run_frozen_weight(hidden, weight, targets, upstream, temperature):
 
 
 @runs_triton
+def test_log_probs_without_gradients_are_the_forward_sweeps():
+    # The KL reference's log-probs: under no_grad, the forward alone, as the reference computes them.
+    hidden, weight, targets, _ = make_case(37, 203, 32, torch.bfloat16, seed=10, ignored=[4])
+    with torch.no_grad():
+        logprobs = fused.fused_linear_logprob(hidden.to(DEVICE), weight.to(DEVICE), targets.to(DEVICE), 0.6,
+                                              sweep=SWEEP)
+    reference = fused.linear_logprob_reference(hidden.double(), weight.double(), targets, 0.6)
+    assert not logprobs.requires_grad and relative_error(logprobs.cpu(), reference) <= 1e-5 and logprobs[4] == 0
+
+
+@runs_triton
 def test_ignored_targets_give_zero_and_no_gradient():
     hidden, weight, targets, upstream = make_case(20, 50, 16, torch.float32, seed=3, ignored=[0, 7, 19])
     logprobs, grad_hidden, grad_weight = run_fused(hidden, weight, targets, upstream, 1.0)
