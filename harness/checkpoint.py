@@ -36,8 +36,22 @@ VERSION = 3   # of what a checkpoint holds; a checkpoint of another version is r
 
 def claim(run_dir, resuming, restarted=False):
     """Make (or reopen) the run directory and hold its lock while this process lives: two processes
-    never share a run, and a fresh run never writes over the checkpoints and metrics of another.
-    `restarted`: torchrun restarted this job before its first checkpoint, so what is there is its own."""
+    never share a run, and a fresh run never writes over the checkpoints and metrics of another, nor into
+    a directory holding anything else (whose mode it would set). `restarted`: torchrun restarted this job
+    before its first checkpoint, so what is there is its own."""
+    if running(run_dir):
+        raise SystemExit(f"spade.py: another process is running in {run_dir}")
+    try:
+        held = {p.name for p in run_dir.iterdir()} - {".lock"} if run_dir.is_dir() and not resuming else set()
+    except OSError as e:
+        raise SystemExit(f"spade.py: cannot use {run_dir} as the run's directory: {e.strerror or e}")
+    if "latest" in held:
+        raise SystemExit(f"spade.py: {run_dir} already holds a run; continue it with --resume {run_dir}, "
+                         f"or give another --out")
+    if held and not restarted:
+        raise SystemExit(f"spade.py: {run_dir} holds a run that saved no checkpoint; remove it or give another --out"
+                         if "metrics.jsonl" in held else f"spade.py: {run_dir} holds other files: a run needs a "
+                         f"new or empty directory (--out)")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         run_dir.chmod(0o700)   # the run's state is the trainer's: a sandbox (a uid of its own) reads none of it
@@ -48,11 +62,6 @@ def claim(run_dir, resuming, restarted=False):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         raise SystemExit(f"spade.py: another process is running in {run_dir}")
-    if not resuming and (run_dir / "latest").exists():
-        raise SystemExit(f"spade.py: {run_dir} already holds a run; continue it with --resume {run_dir}, "
-                         f"or give another --out")
-    if not resuming and not restarted and (run_dir / "metrics.jsonl").exists():
-        raise SystemExit(f"spade.py: {run_dir} holds a run that saved no checkpoint; remove it or give another --out")
     _LOCKS.append(lock)
 
 

@@ -177,6 +177,14 @@ def test_a_fresh_run_never_writes_into_another_runs_directory(tmp_path):
     (tmp_path / "a_file").write_text("")
     with pytest.raises(SystemExit, match="cannot use .*a_file as the run's directory"):
         checkpoint.claim(tmp_path / "a_file", resuming=False)
+    shared = tmp_path / "shared"                                # --out /tmp, say: not made the run's (0700)
+    shared.mkdir(mode=0o755)
+    (shared / "someone_else").write_text("")
+    with pytest.raises(SystemExit, match="shared holds other files: a run needs a new or empty directory"):
+        checkpoint.claim(shared, resuming=False)
+    assert shared.stat().st_mode & 0o777 == 0o755 and sorted(p.name for p in shared.iterdir()) == ["someone_else"]
+    (tmp_path / "empty").mkdir()
+    checkpoint.claim(tmp_path / "empty", resuming=False)        # an empty one is fine
 
 
 @pytest.mark.parametrize("pointer", ["{garbage", "{}", "[1, 2]",
