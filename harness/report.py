@@ -384,6 +384,8 @@ def main(argv=None):
         raise SystemExit(usage)
     metrics, samples, rejected, plays = read_run(argv[0])   # several runs: their picture goes in the first's report/
     out = Path(argv[0]) / "report"
+    if any(p.is_symlink() for p in (out, *(out / name for name in ("index.html", "curriculum.png", "runs.png")))):
+        raise SystemExit(f"report: {out} is or holds a link; the report writes through none")   # a downloaded run's
     try:
         out.mkdir(exist_ok=True)
     except OSError as e:

@@ -226,6 +226,18 @@ def test_a_report_shows_only_records_as_a_run_writes_them(tmp_path, capsys):
     assert script not in page and page.count("<section>") == 1 and "attempt 1" in page and "this play +1.00" in page
 
 
+def test_a_report_writes_through_no_link_of_a_downloaded_run(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("kept")
+    run = tmp_path / "run"
+    (run / "report").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 0, "agent/reward": 0.5}\n')
+    (run / "report" / "index.html").symlink_to(victim)
+    with pytest.raises(SystemExit, match="report: .*report is or holds a link; the report writes through none"):
+        report.main([str(run)])
+    assert victim.read_text() == "kept"
+
+
 # --- parsers of model and environment text: linear in their input -----------------------------------------
 N = 100_000
 PARSERS = [
