@@ -41,18 +41,15 @@ def claim(run_dir, resuming, restarted=False):
     before its first checkpoint, so what is there is its own."""
     if running(run_dir):
         raise SystemExit(f"spade.py: another process is running in {run_dir}")
-    try:
+    try:   # what is there first: a directory that is not the run's keeps its mode
         held = {p.name for p in run_dir.iterdir()} - {".lock"} if run_dir.is_dir() and not resuming else set()
-    except OSError as e:
-        raise SystemExit(f"spade.py: cannot use {run_dir} as the run's directory: {e.strerror or e}")
-    if "latest" in held:
-        raise SystemExit(f"spade.py: {run_dir} already holds a run; continue it with --resume {run_dir}, "
-                         f"or give another --out")
-    if held and not restarted:
-        raise SystemExit(f"spade.py: {run_dir} holds a run that saved no checkpoint; remove it or give another --out"
-                         if "metrics.jsonl" in held else f"spade.py: {run_dir} holds other files: a run needs a "
-                         f"new or empty directory (--out)")
-    try:
+        if "latest" in held:
+            raise SystemExit(f"spade.py: {run_dir} already holds a run; continue it with --resume {run_dir}, "
+                             f"or give another --out")
+        if held and not restarted:
+            why = ("holds a run that saved no checkpoint; remove it or give another --out" if "metrics.jsonl" in held
+                   else "holds other files: a run needs a new or empty directory (--out)")
+            raise SystemExit(f"spade.py: {run_dir} {why}")
         run_dir.mkdir(parents=True, exist_ok=True)
         run_dir.chmod(0o700)   # the run's state is the trainer's: a sandbox (a uid of its own) reads none of it
         lock = open(run_dir / ".lock", "a")
