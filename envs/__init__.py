@@ -113,7 +113,8 @@ def _read_jsonl(path: Path) -> tuple[list[Environment], int]:
         name = next((record[k] for k in FILE_KEYS if isinstance(record.get(k), str)), "")
         env_id = Path(clean_text(name)).stem or f"{path.stem}_{number:05d}"
         skill = clean_text(record["skill"]) if isinstance(record.get("skill"), str) else None
-        found.append(Environment(env_id, skill_of(skill) if isinstance(skill, str) else skill_from_name(env_id), code))
+        found.append(Environment(env_id, skill_of(skill) if isinstance(skill, str) else skill_from_name(env_id),
+                                 clean_text(code)))   # JSON's "\ud800" is no text a tokenizer takes
     return found, skipped
 
 

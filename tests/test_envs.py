@@ -545,6 +545,12 @@ def test_a_lone_surrogate_in_a_pool_records_name_or_skill_is_replaced(tmp_path, 
     [env] = envs.load_pool(tmp_path / "pool.jsonl")
     assert env.env_id == "game\ufffd_spatial_reasoning" and env.skill == "Spatial\ufffd"
     env.env_id.encode("utf-8")
+    # The code too, validated or not (a seed pool's reaches the designer's prompt through memory).
+    marked = json.dumps({"code": good.replace("import", "# \ud800\nimport", 1), "skill": "Spatial Reasoning"})
+    (tmp_path / "pool.jsonl").write_text(marked)
+    for validate in (True, False):
+        [env] = envs.load_pool(tmp_path / "pool.jsonl", validate=validate)
+        assert "# \ufffd\nimport" in env.code and env.code.encode("utf-8")
 
 
 def test_a_folder_pools_undecodable_file_name_or_lone_surrogate_manifest_skill_is_replaced(tmp_path):
